@@ -1,0 +1,73 @@
+"""Helpers for writing the labs: the shared setup cell, and a notebook made from a list of cells.
+
+Authors write a short generator (kept out of the repository) that calls :func:`write_lab`, then
+run ``scripts/run_notebooks.py`` to execute the notebook and store its outputs. The stored
+notebook is the one source of truth.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def repository() -> tuple[str, str]:
+    """The repository url and branch from _config.yml (the launch buttons use the same block)."""
+    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    block = text[text.index("\nrepository:") :]
+    url = re.search(r"^\s+url:\s*(\S+)", block, re.M).group(1)
+    branch = re.search(r"^\s+branch:\s*(\S+)", block, re.M).group(1)
+    return url, branch
+
+
+def setup_cell_source() -> str:
+    """The first code cell of every lab."""
+    url, branch = repository()
+    return (
+        "# Setup, the same in every lab. In Colab: install the book's package (--no-deps keeps\n"
+        "# Colab's torch). Everywhere: seed every generator, pick CUDA if present, else CPU.\n"
+        "import sys\n"
+        "\n"
+        'if "google.colab" in sys.modules:\n'
+        f'    !pip install -q --no-deps "git+{url}@{branch}"\n'
+        "\n"
+        "from attnbook.notebook import setup\n"
+        "\n"
+        "device = setup(seed=0)"
+    )
+
+
+def md(text: str) -> nbformat.NotebookNode:
+    """A markdown cell."""
+    return nbformat.v4.new_markdown_cell(text.strip("\n"))
+
+
+def code(text: str, tags: list[str] | None = None, **metadata) -> nbformat.NotebookNode:
+    """A code cell, optionally tagged (e.g. ``hide-input``, ``nbval-ignore-output``)."""
+    cell = nbformat.v4.new_code_cell(text.strip("\n"))
+    if tags:
+        cell.metadata["tags"] = list(tags)
+    cell.metadata.update(metadata)
+    return cell
+
+
+def solution(text: str) -> nbformat.NotebookNode:
+    """A solution cell: hidden on the site (hide-input) and collapsed to a form in Colab."""
+    return code("# @title Solution (double-click to show the code)\n" + text.strip("\n"),
+                tags=["hide-input"], cellView="form")
+
+
+def write_lab(path: str | Path, title_cell: nbformat.NotebookNode, cells: list) -> Path:
+    """Write a lab: its title cell, the shared setup cell, then ``cells``."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.cells = [title_cell, code(setup_cell_source()), *cells]
+    path = Path(path)
+    nbformat.write(nb, path)
+    return path

@@ -1,0 +1,100 @@
+"""The final module: single-head causal self-attention, computed one step at a time."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .checks import check_input, check_padding_mask
+from .masks import blocked_positions, causal_mask
+from .scores import attention_scores, scale_scores
+from .softmax import masked_softmax
+from .weighted_sum import weighted_sum
+
+
+class Attention(nn.Module):
+    """Single-head causal self-attention, the seed's module made robust.
+
+    Each token's output is a weighted average of the value vectors of the tokens at or
+    before it; the weights come from how well its query matches their keys.
+
+    Args:
+        d_model: width ``d`` of each token vector (input and output).
+        context_length: the longest sequence the module accepts; sizes the causal mask.
+
+    Mask conventions (the seed's):
+        * ``self.mask`` (the causal mask) is True where attention is blocked (``j > i``).
+        * ``padding_mask`` is True for real tokens, False for padding. It masks keys:
+          no query attends to a padded token.
+
+    Empty rows:
+        A query that can see no real key (left padding: it and everything before it is
+        padding) gets all-zero weights, so its output is the zero vector, with finite
+        (zero) gradients. The seed returned NaN there.
+
+    Shape:
+        x: (B, T, d_model) with T <= context_length; padding_mask: (B, T) bool
+        -> (B, T, d_model)
+
+    The parameter and buffer names (``query``, ``key``, ``value``, ``mask``) are the seed's,
+    so a ``state_dict`` saved from the seed's module loads unchanged.
+    """
+
+    def __init__(self, d_model: int, context_length: int):
+        super().__init__()
+        if d_model < 1 or context_length < 1:
+            raise ValueError(
+                f"d_model and context_length must be positive, got {d_model}, {context_length}"
+            )
+        self.d_model = d_model
+        self.context_length = context_length
+        # Three learned maps, each stored as an (out, in) weight W, computing x @ W.T.
+        self.query = nn.Linear(d_model, d_model, bias=False)
+        self.key = nn.Linear(d_model, d_model, bias=False)
+        self.value = nn.Linear(d_model, d_model, bias=False)
+        # A buffer, not a parameter: it follows .to(device), is saved, and is never trained.
+        # Named "mask" because the seed's checkpoints call it that.
+        self.register_buffer("mask", causal_mask(context_length))
+
+    @property
+    def causal_mask(self) -> torch.Tensor:
+        """The causal mask buffer, (context_length, context_length), True = blocked."""
+        return self.mask
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attend from every token to the real tokens at or before it.
+
+        Args:
+            x: token vectors.
+            padding_mask: True for real tokens, False for padding; None if all are real.
+            return_weights: also return the attention weights (for plots and checks).
+
+        Returns:
+            The outputs, and with ``return_weights=True`` also the weights (B, T, T),
+            each row summing to 1 over its visible keys (or all 0 for an empty row).
+
+        Shape:
+            x: (B, T, d_model), padding_mask: (B, T) -> (B, T, d_model)
+        """
+        B, T, d = check_input(x, self.d_model, self.context_length)
+        if padding_mask is not None:
+            check_padding_mask(padding_mask, B, T)
+
+        q = self.query(x)  # (B, T, d)
+        k = self.key(x)  # (B, T, d)
+        v = self.value(x)  # (B, T, d)
+
+        scores = attention_scores(q, k)  # (B, T, T)
+        scores = scale_scores(scores, d)  # (B, T, T)
+
+        blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)
+        weights = masked_softmax(scores, blocked)  # (B, T, T)
+
+        out = weighted_sum(weights, v)  # (B, T, d)
+        return (out, weights) if return_weights else out

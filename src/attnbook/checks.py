@@ -1,0 +1,48 @@
+"""Input checks that turn shape and dtype mistakes into errors a reader can act on."""
+
+from __future__ import annotations
+
+import torch
+
+
+def check_input(x: torch.Tensor, d_model: int, context_length: int) -> tuple[int, int, int]:
+    """Check ``x`` is a floating (B, T, d_model) tensor with T <= context_length; return B, T, d."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"x must be a torch.Tensor of shape (B, T, d_model), got {type(x).__name__}"
+        )
+    if x.dim() != 3:
+        raise ValueError(
+            f"x must be 3-D with shape (B, T, d_model) = (batch, tokens, {d_model}), "
+            f"got {x.dim()}-D shape {tuple(x.shape)}"
+            + (" (add a batch dimension with x.unsqueeze(0))" if x.dim() == 2 else "")
+        )
+    if not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    B, T, d = x.shape
+    if d != d_model:
+        raise ValueError(f"x has {d} features in its last dimension, expected d_model={d_model}")
+    if T > context_length:
+        raise ValueError(
+            f"sequence length T={T} is longer than context_length={context_length}; "
+            "build the module with a larger context_length or split the sequence"
+        )
+    return B, T, d
+
+
+def check_padding_mask(padding_mask: torch.Tensor, B: int, T: int) -> None:
+    """Check ``padding_mask`` is a bool (B, T) tensor (True = real token)."""
+    if not isinstance(padding_mask, torch.Tensor):
+        raise TypeError(
+            f"padding_mask must be a bool torch.Tensor of shape (B, T) = ({B}, {T}), "
+            f"got {type(padding_mask).__name__}"
+        )
+    if padding_mask.dtype != torch.bool:
+        raise TypeError(
+            f"padding_mask must have dtype torch.bool (True = real token, False = padding), "
+            f"got {padding_mask.dtype}; convert with padding_mask.bool()"
+        )
+    if tuple(padding_mask.shape) != (B, T):
+        raise ValueError(
+            f"padding_mask must have shape (B, T) = ({B}, {T}), got {tuple(padding_mask.shape)}"
+        )

@@ -1,0 +1,67 @@
+"""Automatic checks for the labs' exercises.
+
+Each chapter has a module here (``attnbook.exercises.<chapter>``) whose ``check_*`` functions
+compare a learner's answer with the right one and, when the answer matches a known wrong
+variant, name the mistake it looks like.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Feedback:
+    """The verdict on one answer: ``ok`` and a message for the learner."""
+
+    ok: bool
+    message: str
+
+    def __repr__(self) -> str:
+        return self.message
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol)
+
+
+def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Tensor] | None = None,
+                 name: str = "answer", atol: float = 1e-4, rtol: float = 1e-4) -> Feedback:
+    """Compare ``answer`` with ``expected``; if wrong, say which known mistake it matches.
+
+    Args:
+        answer: the learner's tensor (anything ``torch.as_tensor`` accepts).
+        expected: the right answer.
+        mistakes: a description of each typical mistake -> the tensor that mistake produces.
+        name: what the answer is, for the messages.
+        atol, rtol: tolerances for ``torch.allclose``.
+
+    Returns:
+        Feedback whose message starts with "Correct" or "Not yet".
+    """
+    if answer is None or answer is Ellipsis:
+        return Feedback(False, f"Not yet: {name} is still empty. Replace the ... with your code.")
+    try:
+        answer = torch.as_tensor(answer).detach().cpu()
+    except (TypeError, ValueError, RuntimeError) as err:
+        kind = type(answer).__name__
+        return Feedback(False, f"Not yet: {name} should be a tensor, got {kind} ({err})")
+    expected = expected.detach().cpu()
+    if _close(answer, expected, atol, rtol):
+        return Feedback(True, f"Correct: {name} matches.")
+    for mistake, wrong in (mistakes or {}).items():
+        if _close(answer, wrong.detach().cpu(), atol, rtol):
+            return Feedback(False, f"Not yet: {name} looks like {mistake}.")
+    if answer.shape != expected.shape:
+        return Feedback(False, f"Not yet: {name} has shape {tuple(answer.shape)}, "
+                               f"expected {tuple(expected.shape)}.")
+    if not torch.isfinite(answer).all():
+        return Feedback(False, f"Not yet: {name} contains NaN or inf.")
+    err = (answer.double() - expected.double()).abs().max().item()
+    return Feedback(False, f"Not yet: {name} has the right shape but differs by up to {err:.3g}.")

@@ -1,0 +1,59 @@
+"""Step 5: softmax over each row of scores, stable for huge scores and safe for empty rows."""
+
+from __future__ import annotations
+
+import torch
+
+# Half-precision exponentials and sums lose too many digits; do the softmax in float32.
+_UPCAST = (torch.float16, torch.bfloat16)
+
+
+def stable_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax computed as exp(s - max s) / sum exp(s - max s), which cannot overflow.
+
+    Args:
+        scores: any real scores; ``-inf`` entries get probability 0.
+        dim: the dimension that sums to one.
+
+    Returns:
+        Probabilities along ``dim``. A slice that is all ``-inf`` gives NaN, as in
+        ``torch.softmax``; :func:`masked_softmax` is the version that handles it.
+
+    Shape:
+        any -> same
+    """
+    shifted = scores - scores.amax(dim=dim, keepdim=True)  # largest entry becomes 0
+    e = shifted.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def masked_softmax(scores: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
+    """Row-wise softmax over the keys that are not blocked.
+
+    Policy for a row with no visible key (a query that sees only padding): its weights are
+    all zero, so its output is the zero vector, and its gradients are zero too, never NaN.
+    ``torch.softmax`` would return NaN for such a row (0 / 0).
+
+    Args:
+        scores: scaled scores.
+        blocked: True where query i must not see key j; broadcast against ``scores``.
+
+    Returns:
+        Attention weights: each row sums to 1 over its visible keys, or is all 0 if none is
+        visible. Same dtype as ``scores``; float16/bfloat16 are computed in float32.
+
+    Shape:
+        scores: (B, T, T), blocked: (T, T) or (B, T, T) -> (B, T, T)
+    """
+    out_dtype = scores.dtype
+    if out_dtype in _UPCAST:
+        scores = scores.float()
+    scores = scores.masked_fill(blocked, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)  # (B, T, 1); -inf for an empty row
+    # An empty row has max -inf and -inf - (-inf) = NaN; shift it by 0 instead.
+    row_max = row_max.masked_fill(row_max == float("-inf"), 0.0).detach()
+    e = (scores - row_max).exp()  # (B, T, T); exactly 0 where blocked
+    total = e.sum(dim=-1, keepdim=True)  # (B, T, 1); 0 only for an empty row
+    # Dividing an empty row by 1 instead of 0 keeps its weights (and gradients) at 0.
+    weights = e / total.masked_fill(total == 0, 1.0)
+    return weights.to(out_dtype)
