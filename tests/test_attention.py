@@ -217,3 +217,17 @@ def test_cuda_matches_cpu():
     x = torch.randn(2, 10, 8, dtype=torch.float64)
     pad = random_padding(2, 10, "left")
     torch.testing.assert_close(m.cuda()(x.cuda(), pad.cuda()).cpu(), m.cpu()(x, pad))
+
+
+def test_attend_on_heads_matches_sdpa_4d():
+    """attend() on (B, h, T, d_h) scales by sqrt(d_h) and shares padding across heads."""
+    m = Attention(8, 10).double()
+    B, h, T, d_h = 2, 4, 7, 2
+    q, k, v = (torch.randn(B, h, T, d_h, dtype=torch.float64) for _ in range(3))
+    pad = random_padding(B, T, "right")
+    out, w = m.attend(q, k, v, pad)
+    allowed = to_sdpa_mask(blocked_positions(m.mask[:T, :T], pad))[:, None]  # (B, 1, T, T)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    real = pad[:, None, :, None].expand_as(out)
+    torch.testing.assert_close(out[real], ref[real])
+    assert w.shape == (B, h, T, T)

@@ -89,12 +89,38 @@ class Attention(nn.Module):
         q = self.query(x)  # (B, T, d)
         k = self.key(x)  # (B, T, d)
         v = self.value(x)  # (B, T, d)
-
-        scores = attention_scores(q, k)  # (B, T, T)
-        scores = scale_scores(scores, d)  # (B, T, T)
-
-        blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)
-        weights = masked_softmax(scores, blocked)  # (B, T, T)
-
-        out = weighted_sum(weights, v)  # (B, T, d)
+        out, weights = self.attend(q, k, v, padding_mask)  # (B, T, d), (B, T, T)
         return (out, weights) if return_weights else out
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Steps 2 to 6: scores, scale, mask, softmax, weighted sum.
+
+        Works for one head, (B, T, d), and for many, (B, h, T, d_h): the scale uses the width
+        of q and k, which is d_h per head, not d_model.
+
+        Args:
+            q, k, v: queries, keys and values, already projected.
+            padding_mask: True for real tokens, False for padding; None if all are real.
+
+        Returns:
+            The outputs and the attention weights.
+
+        Shape:
+            q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
+            -> (B, T, d) or (B, h, T, d_h), and weights (B, T, T) or (B, h, T, T)
+        """
+        T = q.size(-2)
+        scores = attention_scores(q, k)  # (B, T, T)
+        scores = scale_scores(scores, q.size(-1))  # (B, T, T)
+        blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)
+        if padding_mask is not None and scores.dim() == 4:
+            blocked = blocked[:, None]  # (B, 1, T, T): every head sees the same padding
+        weights = masked_softmax(scores, blocked)  # (B, T, T)
+        out = weighted_sum(weights, v)  # (B, T, d)
+        return out, weights
