@@ -231,3 +231,11 @@ def test_attend_on_heads_matches_sdpa_4d():
     real = pad[:, None, :, None].expand_as(out)
     torch.testing.assert_close(out[real], ref[real])
     assert w.shape == (B, h, T, T)
+
+
+def test_softmax_jacobian_matches_autograd():
+    from attnbook.softmax import softmax_jacobian, stable_softmax
+
+    s = torch.randn(5, dtype=torch.float64)
+    auto = torch.autograd.functional.jacobian(stable_softmax, s)
+    torch.testing.assert_close(softmax_jacobian(stable_softmax(s)), auto)

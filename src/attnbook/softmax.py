@@ -57,3 +57,19 @@ def masked_softmax(scores: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
     # Dividing an empty row by 1 instead of 0 keeps its weights (and gradients) at 0.
     weights = e / total.masked_fill(total == 0, 1.0)
     return weights.to(out_dtype)
+
+
+def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+    """Jacobian of softmax at output ``p``: J = diag(p) - p pᵀ, so J[i, j] = ∂p_i / ∂s_j.
+
+    Args:
+        p: softmax outputs (probabilities) along the last dimension.
+
+    Returns:
+        One (n, n) Jacobian per probability vector. It is symmetric, its rows sum to 0
+        (adding a constant to every score changes nothing), and it vanishes as p becomes one-hot.
+
+    Shape:
+        (..., n) -> (..., n, n)
+    """
+    return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., n, n)
