@@ -1,11 +1,14 @@
-# Two commands: `make book` builds the site, `make test` checks everything. Both set up .venv.
+# Two commands: `make book` builds the site, `make test` checks everything. Both set up .venv,
+# and `make book` also fetches the site's JavaScript (MathJax, require.js, the widget manager)
+# with npm, so that the pages need no host but their own.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+ASSETS := _assets/vendor/versions.json
 
-.PHONY: install book test lint unit nbval site notebooks figures clean
+.PHONY: install assets book test lint unit nbval colab site browser notebooks figures clean
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -14,22 +17,45 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
-book: install
-	$(BIN)/jupyter-book build .
+# Pinned in package.json / package-lock.json; copied into _assets/vendor (git-ignored), which
+# _config.yml serves as _static/vendor. Without npm the site builds, but math and widgets need it.
+$(ASSETS): package.json package-lock.json scripts/vendor_assets.py
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && \
+	  $(PYTHON) scripts/vendor_assets.py; \
+	else \
+	  echo "warning: npm not found: the site will lack MathJax and widgets (install Node.js)"; \
+	fi
 
-test: install lint unit nbval site
+assets: $(ASSETS)
+
+# Incremental, except after the site's JavaScript or CSS changed (pages then need rewriting).
+book: install assets
+	$(BIN)/jupyter-book build . $(if $(shell find _assets package-lock.json -newer \
+	  _build/html/index.html 2>/dev/null | head -n 1),--all)
+
+test: install lint unit nbval colab site browser
 
 lint: install
 	$(BIN)/ruff check .
 
 unit: install
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests -m "not browser and not colab"
 
 nbval: install
 	$(BIN)/python -m pytest $(NBVAL)
 
-site: install
+# Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel.
+colab: install
+	$(BIN)/python -m pytest tests/test_colab_outside_repo.py
+
+site: install assets
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
+
+# Every toc page of _build/html in Chromium; screenshots and summary.json in _build/screenshots.
+browser: install
+	$(BIN)/python -m pytest tests/test_site_browser.py
+	@cat _build/screenshots/summary.json | head -12
 
 # Authoring: re-execute every lab in place (stores outputs and widget state), redraw figures.
 notebooks: install

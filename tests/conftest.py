@@ -18,3 +18,10 @@ def random_padding(B: int, T: int, side: str = "right", generator=None) -> torch
     if side == "right":
         return pos[None, :] < lengths[:, None]
     return pos[None, :] >= (T - lengths)[:, None]
+
+
+def pytest_configure(config):
+    # Slow checks that `make test` runs in their own steps (after the site build), and that the
+    # unit step leaves out with -m "not browser and not colab".
+    config.addinivalue_line("markers", "browser: opens the built site in Chromium")
+    config.addinivalue_line("markers", "colab: runs every lab outside the repository from a wheel")

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from .checks import check_input, check_padding_mask
+from .fused import fused_attention
 from .masks import blocked_positions, causal_mask
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
@@ -32,6 +33,12 @@ class Attention(nn.Module):
         padding) gets all-zero weights, so its output is the zero vector, with finite
         (zero) gradients. The seed returned NaN there.
 
+    Fused path:
+        With ``fused=True`` (or ``m.fused = True`` later) steps 2 to 6 run as one call to
+        ``F.scaled_dot_product_attention`` (:func:`attnbook.fused.fused_attention`): the same
+        outputs up to rounding, much faster, and no (T, T) matrix. It never forms the weights,
+        so ``return_weights=True`` computes them with the explicit steps instead.
+
     Shape:
         x: (B, T, d_model) with T <= context_length; padding_mask: (B, T) bool
         -> (B, T, d_model)
@@ -40,7 +47,7 @@ class Attention(nn.Module):
     so a ``state_dict`` saved from the seed's module loads unchanged.
     """
 
-    def __init__(self, d_model: int, context_length: int):
+    def __init__(self, d_model: int, context_length: int, fused: bool = False):
         super().__init__()
         if d_model < 1 or context_length < 1:
             raise ValueError(
@@ -55,6 +62,11 @@ class Attention(nn.Module):
         # A buffer, not a parameter: it follows .to(device), is saved, and is never trained.
         # Named "mask" because the seed's checkpoints call it that.
         self.register_buffer("mask", causal_mask(context_length))
+        # A plain attribute, not saved in the state_dict: which path computes the same result.
+        self.fused = fused
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, context_length={self.context_length}, fused={self.fused}"
 
     @property
     def causal_mask(self) -> torch.Tensor:
@@ -89,7 +101,9 @@ class Attention(nn.Module):
         q = self.query(x)  # (B, T, d)
         k = self.key(x)  # (B, T, d)
         v = self.value(x)  # (B, T, d)
-        out, weights = self.attend(q, k, v, padding_mask)  # (B, T, d), (B, T, T)
+        # The fused kernel never forms the weights: asking for them takes the explicit path.
+        fused = self.fused and not return_weights
+        out, weights = self.attend(q, k, v, padding_mask, fused=fused)  # (B, T, d), (B, T, T)
         return (out, weights) if return_weights else out
 
     def attend(
@@ -98,7 +112,9 @@ class Attention(nn.Module):
         k: torch.Tensor,
         v: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        *,
+        fused: bool | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Steps 2 to 6: scores, scale, mask, softmax, weighted sum.
 
         Works for one head, (B, T, d), and for many, (B, h, T, d_h): the scale uses the width
@@ -107,14 +123,17 @@ class Attention(nn.Module):
         Args:
             q, k, v: queries, keys and values, already projected.
             padding_mask: True for real tokens, False for padding; None if all are real.
+            fused: run the fused kernel instead of the explicit steps (default: ``self.fused``).
 
         Returns:
-            The outputs and the attention weights.
+            The outputs and the attention weights; the weights are None on the fused path.
 
         Shape:
             q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
             -> (B, T, d) or (B, h, T, d_h), and weights (B, T, T) or (B, h, T, T)
         """
+        if self.fused if fused is None else fused:
+            return fused_attention(q, k, v, padding_mask), None  # Part III: one fused call
         T = q.size(-2)
         scores = attention_scores(q, k)  # (B, T, T)
         scores = scale_scores(scores, q.size(-1))  # (B, T, T)

@@ -77,3 +77,94 @@ def to_key_padding_mask(padding_mask: torch.Tensor) -> torch.Tensor:
         (B, T) -> (B, T), True = ignore this key.
     """
     return ~padding_mask
+
+
+# The converters below complete the cheat sheet (book/mask_conventions.md): one function per
+# direction, so that every flip between conventions happens in exactly one tested place.
+
+
+def from_sdpa_mask(allowed: torch.Tensor) -> torch.Tensor:
+    """``scaled_dot_product_attention``'s bool ``attn_mask`` (True = may attend) as ours.
+
+    Args:
+        allowed: True where query i may attend to key j.
+
+    Returns:
+        True where attention is blocked.
+
+    Shape:
+        (..., T, T) -> (..., T, T)
+    """
+    if allowed.dtype != torch.bool:
+        raise TypeError(f"expected a bool mask (True = may attend), got {allowed.dtype}; "
+                        "for a float mask use from_additive_mask")
+    return ~allowed
+
+
+def from_additive_mask(additive: torch.Tensor) -> torch.Tensor:
+    """A float mask that is added to the scores (0 = keep, -inf = blocked) as ours.
+
+    Args:
+        additive: 0 where attention is allowed, ``-inf`` where it is blocked.
+
+    Returns:
+        True where attention is blocked.
+
+    Raises:
+        ValueError: if an entry is neither 0 nor ``-inf``. Such a mask is a bias on the
+            scores (for example ALiBi or a large negative like -1e9), not a yes/no mask.
+
+    Shape:
+        (..., T, T) -> (..., T, T)
+    """
+    if not additive.is_floating_point():
+        raise TypeError(f"expected a float mask of 0 and -inf, got {additive.dtype}")
+    blocked = additive == float("-inf")
+    if not ((additive == 0) | blocked).all():
+        raise ValueError("an additive mask with entries other than 0 and -inf is a bias on the "
+                         "scores, not a yes/no mask; it has no bool equivalent")
+    return blocked
+
+
+def from_key_padding_mask(key_padding_mask: torch.Tensor) -> torch.Tensor:
+    """``nn.MultiheadAttention``'s ``key_padding_mask`` (True = ignore) as our ``padding_mask``.
+
+    Shape:
+        (B, T) -> (B, T), True = real token.
+    """
+    if key_padding_mask.dtype != torch.bool:
+        raise TypeError(f"expected a bool key_padding_mask (True = ignore), "
+                        f"got {key_padding_mask.dtype}")
+    return ~key_padding_mask
+
+
+def to_sdpa_key_mask(padding_mask: torch.Tensor) -> torch.Tensor:
+    """Our ``padding_mask`` as a bool ``attn_mask`` for ``scaled_dot_product_attention``.
+
+    No flip is needed: True = real token already means "may attend to this key". The mask
+    gets a query axis of size 1 so that it broadcasts over every query (it masks columns).
+    For (B, h, T, d_h) inputs add a head axis too: ``to_sdpa_key_mask(padding_mask)[:, None]``.
+
+    Shape:
+        (B, T) -> (B, 1, T), True = may attend.
+    """
+    return padding_mask[:, None, :]  # (B, 1, T): the same keys for every query
+
+
+def to_mha_attn_mask(blocked: torch.Tensor, num_heads: int = 1) -> torch.Tensor:
+    """Our True = blocked mask as ``nn.MultiheadAttention``'s bool ``attn_mask``.
+
+    No flip is needed: MHA's bool ``attn_mask`` is True where attention is *not allowed*, as
+    ours. A per-sequence mask (B, T, T) must be repeated once per head, because MHA wants
+    (B * num_heads, T, T) with the heads of sequence b in rows b * num_heads ... + num_heads - 1.
+
+    Args:
+        blocked: True where query i must not see key j.
+        num_heads: the MHA module's number of heads.
+
+    Shape:
+        (T, T) -> (T, T); (B, T, T) -> (B * num_heads, T, T)
+    """
+    if blocked.dim() == 3:
+        return blocked.repeat_interleave(num_heads, dim=0)  # (B * h, T, T)
+    return blocked

@@ -73,3 +73,28 @@ def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
         (..., n) -> (..., n, n)
     """
     return torch.diag_embed(p) - p[..., :, None] * p[..., None, :]  # (..., n, n)
+
+
+def temperature_softmax(scores: torch.Tensor, temperature: float, dim: int = -1) -> torch.Tensor:
+    """Softmax of ``scores / temperature``: sharper below 1, flatter above 1.
+
+    As the temperature goes to 0 the result tends to a one-hot vector on the largest score
+    (shared evenly among ties); as it goes to infinity, to the uniform distribution.
+
+    Args:
+        scores: any real scores; ``-inf`` entries get probability 0.
+        temperature: a positive number; 1 gives the plain softmax.
+        dim: the dimension that sums to one.
+
+    Returns:
+        Probabilities along ``dim``, computed stably (:func:`stable_softmax`).
+
+    Raises:
+        ValueError: if ``temperature`` is not positive.
+
+    Shape:
+        any -> same
+    """
+    if not temperature > 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    return stable_softmax(scores / temperature, dim=dim)

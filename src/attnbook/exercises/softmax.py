@@ -1,0 +1,103 @@
+"""Checks for the lab "Softmax" (step 5)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..softmax import softmax_jacobian, stable_softmax
+from . import Feedback, check_tensor
+
+
+def _naive_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """exp(s) / sum exp(s) without the max trick: the formula that overflows."""
+    e = scores.exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _matches_with_nan(answer, wrong: torch.Tensor) -> bool:
+    """True if ``answer`` equals ``wrong``, NaN for NaN and inf for inf."""
+    try:
+        answer = torch.as_tensor(answer).detach().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    wrong = wrong.detach().cpu()
+    return answer.shape == wrong.shape and torch.allclose(
+        answer.double(), wrong.double(), atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+def check_softmax(answer, scores: torch.Tensor) -> Feedback:
+    """Exercise: the softmax of each row of ``scores``, computed so that it cannot overflow.
+
+    Shape:
+        scores: (T, T); answer: (T, T), each row summing to 1
+    """
+    s = scores.detach().double().cpu()
+    expected = stable_softmax(s, dim=-1)
+    # The naive formula in the dtype the learner had, and in float64 in case they upcast.
+    for naive in (_naive_softmax(scores.detach().cpu()), _naive_softmax(s)):
+        if not torch.isfinite(naive).all() or not torch.allclose(naive, expected.to(naive.dtype)):
+            if _matches_with_nan(answer, naive):
+                return Feedback(False, "Not yet: the softmax looks like the result of the naive "
+                                       "formula exp(s) / sum exp(s), which overflowed: exp of a "
+                                       "large score is inf and inf / inf = NaN (or a sum of inf "
+                                       "turns every weight into 0). Subtract each row's max first.")
+    row_max = s.amax(dim=-1, keepdim=True)  # (T, 1)
+    mistakes = {
+        "it was normalised over the wrong dimension (each column sums to one, not each row): "
+        "use dim=-1": stable_softmax(s, dim=-2),
+        "you forgot to exponentiate: the scores divided by their row sum": s / s.sum(-1, True),
+        "you divided by the row max instead of subtracting it: exp(s / max) normalised":
+            stable_softmax(s / row_max, dim=-1),
+        "exp(s - max) without dividing by the row sum: the rows do not sum to one":
+            (s - row_max).exp(),
+        "the softmax of the whole matrix at once (all entries together sum to one)":
+            stable_softmax(s.flatten(), dim=-1).reshape(s.shape),
+    }
+    return check_tensor(answer, expected, mistakes, name="the softmax")
+
+
+def check_jacobian(answer, scores: torch.Tensor) -> Feedback:
+    """Exercise: the Jacobian J[i, j] = dp_i / ds_j of p = softmax(s) for one row of scores.
+
+    Shape:
+        scores: (n,); answer: (n, n)
+    """
+    p = stable_softmax(scores.detach().double().cpu(), dim=-1)  # (n,)
+    expected = softmax_jacobian(p)  # (n, n)
+    n = p.numel()
+    mistakes = {
+        "diag(p): you forgot the -p pᵀ term": torch.diag(p),
+        "-p pᵀ alone: you forgot the diag(p) term (the i = j case of the quotient rule)":
+            -torch.outer(p, p),
+        "diag(p_i (1 - p_i)): the diagonal is right, but the off-diagonal entries -p_i p_j "
+        "are missing": torch.diag(p * (1 - p)),
+        "you used p_i (1 - p_i) everywhere, also off the diagonal; for i ≠ j the derivative "
+        "is -p_i p_j": (p * (1 - p))[:, None].expand(n, n),
+        "diag(p) minus the inner product pᵀp (one number) instead of the outer product p pᵀ "
+        "(a matrix)": torch.diag(p) - (p @ p),
+        "p pᵀ - diag(p): the sign is flipped": torch.outer(p, p) - torch.diag(p),
+    }
+    return check_tensor(answer, expected, mistakes, name="the Jacobian")
+
+
+def check_temperature(answer, scores: torch.Tensor, temperature: float) -> Feedback:
+    """Exercise: the softmax of one row of scores at a given temperature.
+
+    Shape:
+        scores: (n,); answer: (n,)
+    """
+    s = scores.detach().double().cpu()
+    tau = float(temperature)
+    p = stable_softmax(s, dim=-1)
+    expected = stable_softmax(s / tau, dim=-1)
+    mistakes = {
+        "you multiplied the scores by the temperature instead of dividing by it":
+            stable_softmax(s * tau, dim=-1),
+        "you divided the probabilities by the temperature, not the scores: the result "
+        "no longer sums to one": p / tau,
+        "the softmax at temperature 1: subtracting or adding the temperature changes "
+        "nothing (shift invariance); divide the scores by it": p,
+        "p ** (1 / τ) without renormalising; divide by its sum and you have the answer":
+            p ** (1 / tau),
+    }
+    return check_tensor(answer, expected, mistakes, name="the tempered softmax")

@@ -1,0 +1,172 @@
+"""Many heads: split d_model into h heads of width d_h, let each attend on its own, merge.
+
+``MultiHeadAttention`` extends :class:`attnbook.Attention` instead of rewriting it: the same
+three projections (``query``, ``key``, ``value``, each d -> d), the same causal ``mask`` and the
+same ``attend`` (steps 2 to 6), which works on (B, h, T, d_h) tensors and scales by sqrt(d_h).
+What is new is the split into heads, the merge, and one output projection ``out``.
+
+Two reference versions sit beside it, so the book and the tests can check it against PyTorch:
+:func:`to_torch_multihead` (``nn.MultiheadAttention`` with our weights) and
+:func:`multihead_sdpa` (``scaled_dot_product_attention`` on 4-D input).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .attention import Attention
+from .checks import check_input, check_padding_mask
+from .masks import blocked_positions, to_key_padding_mask, to_sdpa_mask
+
+
+class MultiHeadAttention(Attention):
+    """Causal multi-head self-attention built on the single-head module.
+
+    Each of the ``n_heads`` heads gets its own slice of width ``d_head = d_model // n_heads``
+    of the queries, keys and values, attends on its own (scaled by sqrt(d_head)), and the
+    heads' outputs are concatenated and mixed by the output projection ``out``.
+
+    Args:
+        d_model: width ``d`` of each token vector (input and output).
+        context_length: the longest sequence the module accepts; sizes the causal mask.
+        n_heads: number of heads ``h``; must divide ``d_model``.
+
+    Mask conventions: those of :class:`attnbook.Attention` (``mask`` True = blocked,
+    ``padding_mask`` True = real token).
+
+    Shape:
+        x: (B, T, d_model), padding_mask: (B, T) -> (B, T, d_model);
+        weights (with ``return_weights=True``): (B, h, T, T)
+
+    With ``n_heads=1`` and ``out.weight`` set to the identity it computes exactly what the
+    single-head module (and the seed's) computes.
+    """
+
+    def __init__(self, d_model: int, context_length: int, n_heads: int):
+        super().__init__(d_model, context_length)
+        if n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(
+                f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
+                f"gets d_model / n_heads features (try n_heads in {_divisors(d_model)})"
+            )
+        self.n_heads = n_heads
+        self.d_head = d_model // n_heads
+        # W_o mixes the heads' outputs back into one d-wide vector per token.
+        self.out = nn.Linear(d_model, d_model, bias=False)
+
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """Cut the last dimension into h contiguous slices of width d_h, one per head.
+
+        Shape:
+            (B, T, d) -> (B, h, T, d_h)
+        """
+        B, T, _ = x.shape
+        # View first (features d = h * d_h, head-major), then move heads before tokens.
+        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_h)
+
+    def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """Concatenate the heads' outputs side by side: the inverse of :meth:`split_heads`.
+
+        Shape:
+            (B, h, T, d_h) -> (B, T, d)
+        """
+        B, _, T, _ = x.shape
+        return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, h * d_h)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        padding_mask: torch.Tensor | None = None,
+        *,
+        return_weights: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Every head attends from each token to the real tokens at or before it.
+
+        Args:
+            x: token vectors.
+            padding_mask: True for real tokens, False for padding; None if all are real.
+            return_weights: also return every head's attention weights.
+
+        Returns:
+            The outputs, and with ``return_weights=True`` also the weights (B, h, T, T).
+
+        Shape:
+            x: (B, T, d_model), padding_mask: (B, T) -> (B, T, d_model)
+        """
+        B, T, d = check_input(x, self.d_model, self.context_length)
+        if padding_mask is not None:
+            check_padding_mask(padding_mask, B, T)
+
+        q = self.split_heads(self.query(x))  # (B, h, T, d_h)
+        k = self.split_heads(self.key(x))  # (B, h, T, d_h)
+        v = self.split_heads(self.value(x))  # (B, h, T, d_h)
+        heads, weights = self.attend(q, k, v, padding_mask)  # (B, h, T, d_h), (B, h, T, T)
+        out = self.out(self.merge_heads(heads))  # (B, T, d)
+        return (out, weights) if return_weights else out
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}"
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def to_torch_multihead(m: MultiHeadAttention) -> nn.MultiheadAttention:
+    """PyTorch's ``nn.MultiheadAttention`` holding the same weights as ``m``.
+
+    PyTorch keeps W_q, W_k, W_v stacked in one (3d, d) matrix ``in_proj_weight``, in that
+    order, and the output projection in ``out_proj``. Call the result with
+    ``batch_first`` inputs, ``attn_mask=m.mask[:T, :T]`` (its bool ``attn_mask`` is True =
+    blocked, like ours) and ``key_padding_mask=to_key_padding_mask(padding_mask)`` (its
+    True = ignore, the opposite of ours).
+
+    Shape:
+        the module maps (B, T, d_model) -> (B, T, d_model), like ``m``.
+    """
+    ref = nn.MultiheadAttention(m.d_model, m.n_heads, bias=False, batch_first=True)
+    ref = ref.to(device=m.query.weight.device, dtype=m.query.weight.dtype)
+    with torch.no_grad():
+        ref.in_proj_weight.copy_(torch.cat([m.query.weight, m.key.weight, m.value.weight]))
+        ref.out_proj.weight.copy_(m.out.weight)
+    return ref
+
+
+def torch_multihead_forward(m: MultiHeadAttention, x: torch.Tensor,
+                            padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``m``'s computation done by ``nn.MultiheadAttention``, with the masks translated.
+
+    Shape:
+        x: (B, T, d_model), padding_mask: (B, T), True = real -> (B, T, d_model)
+    """
+    ref = to_torch_multihead(m)
+    T = x.size(1)
+    key_padding = None if padding_mask is None else to_key_padding_mask(padding_mask)
+    out, _ = ref(x, x, x, attn_mask=m.mask[:T, :T], key_padding_mask=key_padding,
+                 need_weights=False)
+    return out
+
+
+def multihead_sdpa(m: MultiHeadAttention, x: torch.Tensor,
+                   padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """``m``'s computation with the heads handed to PyTorch's fused attention as 4-D tensors.
+
+    ``scaled_dot_product_attention`` treats every leading dimension as a batch, so (B, h, T, d_h)
+    runs all heads at once and scales by sqrt(d_h), the width of the last dimension.
+
+    Shape:
+        x: (B, T, d_model), padding_mask: (B, T), True = real -> (B, T, d_model)
+    """
+    q = m.split_heads(m.query(x))  # (B, h, T, d_h)
+    k = m.split_heads(m.key(x))  # (B, h, T, d_h)
+    v = m.split_heads(m.value(x))  # (B, h, T, d_h)
+    if padding_mask is None:
+        heads = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        T = x.size(1)
+        blocked = blocked_positions(m.mask[:T, :T], padding_mask)  # (B, T, T)
+        allowed = to_sdpa_mask(blocked)[:, None]  # (B, 1, T, T): SDPA's True = may attend
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+    return m.out(m.merge_heads(heads))  # (B, T, d)

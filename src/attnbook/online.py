@@ -1,0 +1,217 @@
+"""Online softmax and tiled attention: the same result as the explicit module, in linear memory.
+
+The explicit module builds the whole (T, T) matrix of scores. Here the keys arrive in blocks
+and each query keeps three running quantities instead: the largest score seen so far ``m``,
+the sum of exponentials ``l`` (relative to ``m``) and the unnormalised output ``acc``. When a
+block brings a larger maximum, the old sum and output are rescaled by ``exp(m_old - m_new)``
+(Milakov & Gimelshein, 2018). Looping over query blocks too keeps every intermediate at
+``(block, block)``, so memory grows like T, not T² (Rabe & Staats, 2021; Dao et al., 2022).
+
+Masks follow attnbook's conventions: causal (key ``j > i`` blocked) and ``padding_mask`` True
+for real tokens (it masks keys). A query that sees no real key gets the zero vector, as in
+:class:`attnbook.Attention`; the naive recurrence would compute 0 / 0 = NaN there.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+def online_softmax_stats(scores: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Running maximum and running sum of exponentials, one block of scores at a time.
+
+    Args:
+        scores: scores along the last dimension; ``-inf`` = blocked.
+        block_size: how many scores arrive at a time.
+
+    Returns:
+        ``m``, the maximum of each row, and ``l = sum_j exp(s_j - m)``. A row that is all
+        ``-inf`` gives ``m = -inf`` and ``l = 0`` (never NaN).
+
+    Shape:
+        (..., n) -> (..., 1), (..., 1)
+    """
+    m = scores.new_full((*scores.shape[:-1], 1), NEG_INF)  # (..., 1) nothing seen yet
+    l = scores.new_zeros((*scores.shape[:-1], 1))  # (..., 1)
+    for start in range(0, scores.size(-1), block_size):
+        block = scores[..., start : start + block_size]  # (..., n_b)
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))  # (..., 1)
+        shift = _finite(m_new)  # a row with no finite score yet is shifted by 0, not -inf
+        # Rescale the old sum to the new maximum, then add this block's terms.
+        l = l * torch.exp(m - shift) + torch.exp(block - shift).sum(dim=-1, keepdim=True)
+        m = m_new
+    return m, l
+
+
+def online_softmax(scores: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Softmax of each row from its online statistics; an all ``-inf`` row gives zeros.
+
+    Shape:
+        (..., n) -> (..., n)
+    """
+    m, l = online_softmax_stats(scores, block_size)
+    return torch.exp(scores - _finite(m)) / l.masked_fill(l == 0, 1.0)
+
+
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    padding_mask: torch.Tensor | None = None,
+    *,
+    causal: bool = True,
+    block_size: int = 256,
+    recompute: bool = True,
+) -> torch.Tensor:
+    """Attention computed one (query block, key block) tile at a time, never forming (T, T).
+
+    Args:
+        q, k, v: queries, keys and values, already projected.
+        padding_mask: True for real tokens, False for padding; None if all are real.
+        causal: block keys in the future of each query (``j > i``).
+        block_size: rows and columns per tile; memory for intermediates is O(block_size²).
+        recompute: when gradients are needed, use the custom backward that recomputes each
+            tile (memory linear in T for training too). ``False`` lets plain autograd record
+            every tile, which gives the same gradients but keeps O(T²) memory alive.
+
+    Returns:
+        The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding. A query
+        with no visible key outputs zeros.
+
+    Shape:
+        q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
+    """
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    if needs_grad and recompute:
+        return TiledAttention.apply(q, k, v, padding_mask, causal, block_size)
+    return tiled_attention_forward(q, k, v, padding_mask, causal, block_size)[0]
+
+
+def tiled_attention_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    padding_mask: torch.Tensor | None,
+    causal: bool,
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The forward pass over tiles; also returns each row's log-sum-exp for the backward.
+
+    Returns:
+        ``out`` and ``lse = m + log(l)`` (``-inf`` for a row with no visible key).
+
+    Shape:
+        q: (..., T, d), k: (..., T, d), v: (..., T, d_v) -> (..., T, d_v), (..., T, 1)
+    """
+    T, scale = q.size(-2), 1.0 / math.sqrt(q.size(-1))
+    out = q.new_empty((*q.shape[:-1], v.size(-1)))  # (B, T, d_v), filled one query block at a time
+    lse = q.new_empty((*q.shape[:-1], 1))  # (B, T, 1)
+    for i0 in range(0, T, block_size):
+        i1 = min(i0 + block_size, T)
+        qi = q[..., i0:i1, :] * scale  # (B, b, d): scaling q once costs b*d, not b*b
+        m = q.new_full((*qi.shape[:-1], 1), NEG_INF)  # (B, b, 1) running maximum
+        l = q.new_zeros((*qi.shape[:-1], 1))  # (B, b, 1) running sum of exponentials
+        acc = q.new_zeros((*qi.shape[:-1], v.size(-1)))  # (B, b, d_v) unnormalised output
+        for j0 in range(0, i1 if causal else T, block_size):  # keys past i1 are all in the future
+            j1 = min(j0 + block_size, T)
+            s = qi @ k[..., j0:j1, :].transpose(-2, -1)  # (B, b, b) one tile of scores
+            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
+            if blocked is not None:
+                s = s.masked_fill(blocked, NEG_INF)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, b, 1)
+            shift = _finite(m_new)  # rows with no visible key so far: shift by 0, not -inf
+            p = torch.exp(s - shift)  # (B, b, b); exactly 0 where blocked
+            alpha = torch.exp(m - shift)  # (B, b, 1) rescales what earlier tiles summed
+            l = alpha * l + p.sum(dim=-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., j0:j1, :]  # (B, b, d_v)
+            m = m_new
+        # A row with l = 0 saw no key: divide by 1 so its output is 0, not 0 / 0 = NaN.
+        out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)
+        lse[..., i0:i1, :] = m + torch.log(l)  # log(0) = -inf marks an empty row
+    return out, lse
+
+
+def tiled_attention_backward(
+    dout: torch.Tensor,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    padding_mask: torch.Tensor | None,
+    causal: bool,
+    block_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of tiled attention, recomputing each tile's weights from the saved ``lse``.
+
+    With ``p = exp(s - lse)`` and ``D_i = dout_i · out_i``, a tile contributes
+    ``dV += pᵀ dout``, ``dS = p * (dout Vᵀ - D)``, ``dQ += dS K / sqrt(d)``,
+    ``dK += dSᵀ Q / sqrt(d)``. Nothing of size (T, T) is ever stored.
+
+    Shape:
+        dout, out: (..., T, d_v); q, k: (..., T, d); v: (..., T, d_v); lse: (..., T, 1)
+        -> dq, dk, dv with the shapes of q, k, v
+    """
+    T, scale = q.size(-2), 1.0 / math.sqrt(q.size(-1))
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    D = (dout * out).sum(dim=-1, keepdim=True)  # (B, T, 1): rowsum(dA * A) in closed form
+    shift_all = _finite(lse)  # an empty row has all s = -inf, so p = exp(-inf - 0) = 0
+    for i0 in range(0, T, block_size):
+        i1 = min(i0 + block_size, T)
+        qi, doi = q[..., i0:i1, :], dout[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+        shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
+        for j0 in range(0, i1 if causal else T, block_size):
+            j1 = min(j0 + block_size, T)
+            kj, vj = k[..., j0:j1, :], v[..., j0:j1, :]
+            s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
+            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
+            if blocked is not None:
+                s = s.masked_fill(blocked, NEG_INF)
+            p = torch.exp(s - shift)  # (B, b, b) the tile of attention weights
+            dv[..., j0:j1, :] += p.transpose(-2, -1) @ doi  # (B, b, d_v)
+            ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
+            dq[..., i0:i1, :] += (ds @ kj) * scale
+            dk[..., j0:j1, :] += (ds.transpose(-2, -1) @ qi) * scale
+    return dq, dk, dv
+
+
+class TiledAttention(torch.autograd.Function):
+    """Tiled attention with a backward that recomputes tiles: training memory linear in T."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, padding_mask, causal, block_size):
+        out, lse = tiled_attention_forward(q, k, v, padding_mask, causal, block_size)
+        ctx.save_for_backward(q, k, v, out, lse, padding_mask)  # O(T) each: no (T, T) tensor
+        ctx.causal, ctx.block_size = causal, block_size
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse, padding_mask = ctx.saved_tensors
+        dq, dk, dv = tiled_attention_backward(dout, q, k, v, out, lse, padding_mask,
+                                              ctx.causal, ctx.block_size)
+        return dq, dk, dv, None, None, None
+
+
+def _finite(m: torch.Tensor) -> torch.Tensor:
+    """``m`` with ``-inf`` replaced by 0: the shift for a row that has seen no visible key."""
+    return m.masked_fill(m == NEG_INF, 0.0)
+
+
+def _tile_blocked(i0: int, i1: int, j0: int, j1: int, padding_mask: torch.Tensor | None,
+                  causal: bool, q: torch.Tensor) -> torch.Tensor | None:
+    """True where query i0..i1 may not see key j0..j1 in one tile; None if nothing is blocked."""
+    blocked = None
+    if causal and j1 - 1 > i0:  # only tiles that cross the diagonal hold future keys
+        i = torch.arange(i0, i1, device=q.device)[:, None]
+        j = torch.arange(j0, j1, device=q.device)[None, :]
+        blocked = j > i  # (b, b)
+    if padding_mask is not None:
+        pad = ~padding_mask[:, j0:j1]  # (B, b) True = padding key
+        pad = pad.view(pad.size(0), *([1] * (q.dim() - 2)), j1 - j0)  # (B, 1, b) or (B, 1, 1, b)
+        blocked = pad if blocked is None else blocked | pad
+    return blocked

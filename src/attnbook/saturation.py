@@ -1,0 +1,223 @@
+"""Step 3, measured: why raw dot products saturate the softmax and how dividing by sqrt(d) helps.
+
+The functions draw queries and keys with independent zero-mean, unit-variance entries (the
+assumption of the variance theorem) and measure what the softmax does with their scores: how
+spread out a row of scores is, how much weight its largest entry takes, the entropy of the
+weights, and the norm of the softmax Jacobian, which is the factor every gradient through the
+softmax is multiplied by. Sampling is done in float64 from a CPU generator, so the numbers are
+the same on every machine.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .softmax import softmax_jacobian, stable_softmax
+
+#: The divisors the book compares: none, the square root of the width, the width itself.
+SCALES = ("none", "sqrt(d)", "d")
+
+
+def divisor(d: int, scale: str | float = "sqrt(d)") -> float:
+    """The number the raw scores are divided by: 1, sqrt(d) or d (or any float given).
+
+    Args:
+        d: width of the queries and keys.
+        scale: ``"none"``, ``"sqrt(d)"``, ``"d"``, or a number to divide by.
+
+    Returns:
+        The divisor, a float.
+    """
+    if not isinstance(scale, str):
+        return float(scale)
+    if scale == "none":
+        return 1.0
+    if scale == "sqrt(d)":
+        return math.sqrt(d)
+    if scale == "d":
+        return float(d)
+    raise ValueError(f"scale must be one of {SCALES} or a number, got {scale!r}")
+
+
+def _generator(seed: int | torch.Generator) -> torch.Generator:
+    if isinstance(seed, torch.Generator):
+        return seed
+    return torch.Generator().manual_seed(seed)
+
+
+def dot_products(d: int, n: int, seed: int | torch.Generator = 0) -> torch.Tensor:
+    """``n`` independent dot products q·k of random vectors with N(0, 1) entries.
+
+    Args:
+        d: width of q and k.
+        n: how many (q, k) pairs to draw.
+        seed: a seed or a CPU ``torch.Generator`` (float64 on the CPU: reproducible anywhere).
+
+    Returns:
+        The dot products, float64; their variance is about ``d`` (the variance theorem).
+
+    Shape:
+        -> (n,)
+    """
+    g = _generator(seed)
+    q = torch.randn(n, d, generator=g, dtype=torch.float64)  # (n, d)
+    k = torch.randn(n, d, generator=g, dtype=torch.float64)  # (n, d)
+    return (q * k).sum(dim=-1)  # (n,)
+
+
+def score_rows(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
+               seed: int | torch.Generator = 0) -> torch.Tensor:
+    """Rows of scores: each row is one random query against its own ``keys`` random keys.
+
+    Args:
+        d: width of q and k.
+        rows: how many queries (rows) to draw.
+        keys: keys per query (the length of a row, like T).
+        scale: what the dot products are divided by (see :func:`divisor`).
+        seed: a seed or a CPU ``torch.Generator``.
+
+    Returns:
+        Scores ``q · k_j / divisor``, float64.
+
+    Shape:
+        -> (rows, keys)
+    """
+    g = _generator(seed)
+    q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
+    k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    raw = (q @ k.transpose(-2, -1)).squeeze(-2)  # (rows, keys)
+    return raw / divisor(d, scale)
+
+
+def logit_spread(scores: torch.Tensor) -> torch.Tensor:
+    """Standard deviation of each row of scores: the softmax only sees differences within a row.
+
+    Shape:
+        (..., n) -> (...)
+    """
+    return scores.std(dim=-1)
+
+
+def max_weight(weights: torch.Tensor) -> torch.Tensor:
+    """The largest weight of each row: 1/n for uniform weights, 1 when one key takes all.
+
+    Shape:
+        (..., n) -> (...)
+    """
+    return weights.amax(dim=-1)
+
+
+def entropy(weights: torch.Tensor) -> torch.Tensor:
+    """Entropy of each row of weights in nats, -sum p log p: log n when uniform, 0 when one-hot.
+
+    Args:
+        weights: probabilities along the last dimension.
+
+    Returns:
+        The entropy of each row; a zero weight contributes 0 (the limit of p log p).
+
+    Shape:
+        (..., n) -> (...)
+    """
+    # xlogy(p, p) = p * log p, and 0 (not NaN) where p = 0.
+    return -torch.special.xlogy(weights, weights).sum(dim=-1)
+
+
+def jacobian_norm(weights: torch.Tensor, ord: int | str = 2) -> torch.Tensor:
+    """Norm of the softmax Jacobian J = diag(p) - p pᵀ at each row of weights.
+
+    The spectral norm (``ord=2``, the default) is the most a unit change of the scores can move
+    the weights, so it bounds every gradient that flows back through the softmax. It is 1/n
+    for uniform weights and 0 for one-hot weights.
+
+    Args:
+        weights: probabilities along the last dimension.
+        ord: ``2`` for the spectral norm, ``"fro"`` for the Frobenius norm.
+
+    Returns:
+        One norm per row.
+
+    Shape:
+        (..., n) -> (...)
+    """
+    jac = softmax_jacobian(weights)  # (..., n, n)
+    if ord == 2:
+        # J is symmetric positive semi-definite, so its norm is its largest eigenvalue.
+        return torch.linalg.eigvalsh(jac)[..., -1].clamp_min(0.0)
+    return torch.linalg.matrix_norm(jac, ord=ord)
+
+
+def saturation(scores: torch.Tensor) -> dict[str, float]:
+    """The measurements of a batch of score rows, each summarised by its median over the rows.
+
+    The median, not the mean: without scaling, most rows are saturated (Jacobian norm near 0)
+    while a few rows whose top two scores happen to be close are not, and those few would
+    dominate a mean.
+
+    Args:
+        scores: rows of (already scaled) scores.
+
+    Returns:
+        ``spread``, ``max_weight``, ``entropy`` and ``jacobian_norm`` (medians over the rows),
+        and ``saturated``: the fraction of rows whose largest weight exceeds 0.99.
+
+    Shape:
+        scores: (rows, n)
+    """
+    weights = stable_softmax(scores, dim=-1)  # (rows, n)
+    top = max_weight(weights)  # (rows,)
+    return {
+        "spread": logit_spread(scores).median().item(),
+        "max_weight": top.median().item(),
+        "entropy": entropy(weights).median().item(),
+        "jacobian_norm": jacobian_norm(weights).median().item(),
+        "saturated": (top > 0.99).double().mean().item(),
+    }
+
+
+def saturation_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
+                     seed: int = 0) -> list[dict]:
+    """Measure saturation for each width in ``ds`` and each scaling rule in ``scales``.
+
+    Every rule sees the same queries and keys for a given width, so the rows of the result
+    differ only by what the scores were divided by.
+
+    Args:
+        ds: the widths d to try, e.g. 4, 8, ..., 1024.
+        scales: the rules to compare (see :func:`divisor`).
+        rows: score rows per width (the sample the medians are taken over).
+        keys: keys per row (the length of a row, like T).
+        seed: one seed for the whole sweep; each width gets its own generator from it.
+
+    Returns:
+        One dict per (width, rule): ``d``, ``scale`` and the measurements of :func:`saturation`.
+    """
+    out = []
+    for d in ds:
+        # Seeding per width makes a width's numbers independent of the other widths in ds.
+        raw = score_rows(d, rows, keys, "none", seed=seed * 100_003 + d)  # (rows, keys)
+        for scale in scales:
+            out.append({"d": d, "scale": scale, **saturation(raw / divisor(d, scale))})
+    return out
+
+
+def variance_sweep(ds, n: int = 4000, seed: int = 0) -> list[dict[str, float]]:
+    """Empirical variance of q·k for each width in ``ds`` (the variance theorem says it is d).
+
+    Args:
+        ds: the widths d to try.
+        n: dot products per width.
+        seed: one seed for the whole sweep; each width gets its own generator from it.
+
+    Returns:
+        One dict per width: ``d``, ``var`` (of q·k) and ``var_over_d``, which is also the
+        variance of the scaled score q·k / sqrt(d).
+    """
+    out = []
+    for d in ds:
+        s = dot_products(d, n, seed=seed * 100_003 + d)  # (n,)
+        var = s.var().item()
+        out.append({"d": d, "var": var, "var_over_d": var / d})
+    return out

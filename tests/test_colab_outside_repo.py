@@ -1,0 +1,169 @@
+"""Every lab runs the way Colab runs it: from a folder outside the repository, with attnbook
+installed from a built wheel rather than imported from src/.
+
+A wheel is built from a copy of the package's files (so the build writes nothing into the
+checkout) and unpacked into a temporary folder that goes first on the kernel's PYTHONPATH. Each
+notebook is copied alone into its own empty temporary folder and executed there; a last cell
+added to the copy reports where attnbook and every other loaded module came from, and the test
+asserts that nothing was imported from the repository. A static check also rejects notebooks
+that name files of the repository. `make test` runs this file in its own step.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+pytestmark = pytest.mark.colab
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+TIMEOUT = 600  # seconds per cell; every lab is meant to run in seconds
+
+# Appended to each copy: where did attnbook, and every module with a file, come from?
+_REPORT = """
+import json as _json, os as _os, sys as _sys
+import attnbook as _attnbook
+print("ATTNBOOK-REPORT " + _json.dumps({
+    "attnbook": _attnbook.__file__,
+    "cwd": _os.getcwd(),
+    "modules": sorted({getattr(m, "__file__", None) or "" for m in list(_sys.modules.values())}),
+}))
+"""
+
+
+@pytest.fixture(scope="session")
+def wheel_site(tmp_path_factory) -> Path:
+    """attnbook built as a wheel and unpacked: a folder to put first on PYTHONPATH."""
+    work = tmp_path_factory.mktemp("wheel")
+    src = work / "src"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy2(ROOT / name, src / name)
+    shutil.copytree(ROOT / "src", src / "src",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    dist = work / "dist"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(dist), str(src)], check=True)
+    (wheel,) = dist.glob("attnbook-*.whl")
+    site = work / "site-packages"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        zf.extractall(site)
+    # Every module of the package made it into the wheel (a folder without __init__.py would not).
+    modules = {p.relative_to(ROOT / "src").as_posix() for p in (ROOT / "src").rglob("*.py")}
+    missing = sorted(modules - names)
+    assert not missing, f"modules missing from the wheel: {missing}"
+    return site
+
+
+def _string_literals(source: str):
+    """String constants in a code cell (IPython lines such as !pip are left out)."""
+    lines = [ln for ln in source.splitlines() if not ln.lstrip().startswith(("!", "%"))]
+    try:
+        tree = ast.parse("\n".join(lines))
+    except SyntaxError:
+        return []
+    return [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and isinstance(n.value, str)]
+
+
+_REPO_DIRS = r"(?:src|book|notebooks|scripts|tests|benchmarks|_build|_assets)"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_lab_names_no_repository_file(path):
+    """A lab must not read files of the checkout: Colab has only the notebook and the package."""
+    nb = nbformat.read(path, as_version=4)
+    problems = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        code = cell.source
+        if re.search(r"\.\./|__file__|os\.chdir|sys\.path\.(insert|append)", code):
+            problems.append(code[:80])
+        if re.search(rf"""["'](\./)?{_REPO_DIRS}/""", code):
+            problems.append(code[:80])
+        for value in _string_literals(code):
+            value = value.strip()
+            if len(value) > 2 and "\n" not in value and len(value) < 200 and any(
+                    (base / value).exists() for base in (ROOT, path.parent)):
+                problems.append(f"{value!r} names a file in the repository")
+    assert not problems, f"{path.name} depends on the repository: {problems}"
+
+
+def _execute_all(site: Path, base: Path) -> dict[str, dict]:
+    """Run every lab, a few at a time, each in its own kernel and empty folder under ``base``."""
+    import asyncio
+
+    from nbclient import NotebookClient
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "ATTNBOOK_DEVICE", "MPLBACKEND", "PYTEST_CURRENT_TEST")}
+    env["PYTHONPATH"] = str(site)
+    env["PYTHONNOUSERSITE"] = "1"
+
+    async def run_one(path: Path, gate: asyncio.Semaphore) -> dict:
+        workdir = base / path.stem  # outside the checkout, empty but for the notebook
+        workdir.mkdir()
+        shutil.copy2(path, workdir / path.name)
+        nb = nbformat.read(workdir / path.name, as_version=4)
+        nb.cells.append(nbformat.v4.new_code_cell(_REPORT))
+        client = NotebookClient(nb, timeout=TIMEOUT, kernel_name="python3",
+                                resources={"metadata": {"path": str(workdir)}})
+        async with gate:
+            start = time.perf_counter()
+            try:
+                await client.async_execute(env=env)
+            except Exception as exc:  # reported by the test of this notebook
+                return {"error": f"{type(exc).__name__}: {exc}"[:3000], "workdir": workdir}
+            seconds = time.perf_counter() - start
+        text = "".join(o.get("text", "") for o in nb.cells[-1].outputs
+                       if o.output_type == "stream")
+        report = json.loads(text.split("ATTNBOOK-REPORT ", 1)[1])
+        return {"report": report, "seconds": seconds, "workdir": workdir}
+
+    async def run_all():
+        gate = asyncio.Semaphore(max(1, min(4, (os.cpu_count() or 2) // 2)))
+        results = await asyncio.gather(*(run_one(p, gate) for p in NOTEBOOKS))
+        return dict(zip([p.name for p in NOTEBOOKS], results, strict=True))
+
+    return asyncio.run(run_all())
+
+
+@pytest.fixture(scope="session")
+def runs(wheel_site, tmp_path_factory) -> dict[str, dict]:
+    base = tmp_path_factory.mktemp("colab")
+    assert ROOT not in base.parents and base != ROOT
+    start = time.perf_counter()
+    results = _execute_all(wheel_site, base)
+    print(f"\n{len(results)} labs ran outside the repository in "
+          f"{time.perf_counter() - start:.0f} s: " + ", ".join(
+              f"{name} {r['seconds']:.0f} s" for name, r in results.items() if "seconds" in r))
+    return results
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_lab_runs_outside_the_repository(path, runs, wheel_site):
+    result = runs[path.name]
+    assert "error" not in result, f"{path.name} failed outside the repository: {result['error']}"
+    report = result["report"]
+    assert Path(report["attnbook"]).is_relative_to(wheel_site), (
+        f"attnbook came from {report['attnbook']}, not from the wheel")
+    assert Path(report["cwd"]) == result["workdir"]
+    venv = Path(sys.prefix).resolve()  # installed packages live in ROOT/.venv: those are fine
+    from_repo = [m for m in report["modules"]
+                 if Path(m).is_absolute() and Path(m).resolve().is_relative_to(ROOT)
+                 and not Path(m).resolve().is_relative_to(venv)]
+    assert not from_repo, f"modules imported from the repository: {from_repo}"

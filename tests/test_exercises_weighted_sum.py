@@ -1,0 +1,74 @@
+"""The weighted-sum lab's checkers accept right answers and name each typical mistake."""
+
+from __future__ import annotations
+
+import torch
+
+from attnbook.exercises.weighted_sum import (
+    check_hull_bound,
+    check_outputs,
+    check_permuted_outputs,
+)
+
+
+def _example(T=4, d=4):
+    s = torch.randn(T, T, dtype=torch.float64)
+    return s, torch.softmax(s, -1), torch.randn(T, d, dtype=torch.float64), torch.randn(T, d)
+
+
+def test_outputs_right_answer_passes():
+    s, A, V, K = _example()
+    assert check_outputs(A @ V, A, V, K, s).ok
+    assert check_outputs((A @ V).float(), A, V, K).ok
+
+
+def test_outputs_mistakes_are_named():
+    s, A, V, K = _example()
+    cases = {
+        "weights transposed": A.T @ V,
+        "keys": A @ K.double(),
+        "output transposed": (A @ V).T,
+        "elementwise": A * V,
+        "raw scores": s @ V,
+        "V A instead of A V": V @ A,
+    }
+    for phrase, answer in cases.items():
+        fb = check_outputs(answer, A, V, K, s)
+        assert not fb.ok and phrase in fb.message, (phrase, fb.message)
+
+
+def test_outputs_shape_mistake_when_T_differs_from_d():
+    s, A, V, K = _example(T=4, d=2)
+    fb = check_outputs(V.T @ A.T, A, V, K, s)
+    assert not fb.ok and "transpose" in fb.message, fb.message
+    fb = check_outputs(torch.zeros(3), A, V, K, s)
+    assert not fb.ok and "shape (3,)" in fb.message
+
+
+def test_hull_bound():
+    v = torch.tensor([[0.5, 1.0], [2.0, 0.0], [-1.0, 1.0], [3.0, 2.0], [1.0, -1.0]])
+    assert check_hull_bound(torch.tensor([0.5, 2.0, 2.0, 3.0, 3.0]), v).ok
+    x = v[:, 0].double()
+    cases = {
+        "over all tokens": torch.full((5,), 3.0),
+        "own value": x,
+        "running sum": x.cumsum(0),
+        "running mean": x.cumsum(0) / torch.arange(1, 6),
+        "running minimum": x.cummin(0).values,
+    }
+    for phrase, answer in cases.items():
+        fb = check_hull_bound(answer, v)
+        assert not fb.ok and phrase in fb.message, (phrase, fb.message)
+
+
+def test_permuted_outputs():
+    y = torch.randn(4, 3)
+    perm = torch.tensor([2, 0, 3, 1])
+    assert check_permuted_outputs(y[perm], y, perm).ok
+    cases = {"not invariant": y, "inverse permutation": y[torch.argsort(perm)]}
+    for phrase, answer in cases.items():
+        fb = check_permuted_outputs(answer, y, perm)
+        assert not fb.ok and phrase in fb.message, (phrase, fb.message)
+    y4 = torch.randn(4, 4)
+    fb = check_permuted_outputs(y4[:, perm], y4, perm)
+    assert not fb.ok and "features permuted" in fb.message, fb.message

@@ -1,0 +1,318 @@
+"""The built site in a real browser: every page in the toc loads from its own host and renders.
+
+Serves _build/html on 127.0.0.1 and opens each toc page in Chromium (Playwright, Debian's
+/usr/bin/chromium, never a downloaded browser). For every page: each request answers 200, no
+request leaves for another host (they are blocked and recorded), no uncaught page error, MathJax
+typeset every formula (and none failed), every image loaded, every widget shows its controls and
+figure, and each lab links to itself in Colab. Screenshots go to _build/screenshots/, with a
+summary.json of what was checked. `make test` builds the site first, then runs this file.
+
+Set ATTNBOOK_SITE_DIR to check a build elsewhere (e.g. one made with --path-output).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import threading
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[1]
+SITE = Path(os.environ.get("ATTNBOOK_SITE_DIR", ROOT / "_build" / "html"))
+SHOTS = SITE.parent / "screenshots"
+CHROMIUM = os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium")
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def toc_pages() -> list[str]:
+    """Every document in _toc.yml, in reading order, as paths without suffix."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return pages
+
+
+def source_of(page: str) -> Path:
+    for suffix in (".md", ".ipynb"):
+        if (ROOT / (page + suffix)).exists():
+            return ROOT / (page + suffix)
+    raise FileNotFoundError(page)
+
+
+def _prose(path: Path) -> str:
+    """The text of a page's source that is prose (math lives there), without code."""
+    if path.suffix == ".ipynb":
+        nb = json.loads(path.read_text(encoding="utf-8"))
+        text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    else:
+        text = path.read_text(encoding="utf-8")
+    # Drop fenced code (but keep {math} fences) and inline code.
+    text = re.sub(r"(`{3,}|~{3,})(?!\{math\})[^\n]*\n.*?\n\1", "", text, flags=re.S)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def source_has_math(path: Path) -> bool:
+    text = _prose(path)
+    return bool(re.search(r"\{math\}|\$\$|\$[^$\n]+\$|\\begin\{(equation|align|gather)", text))
+
+
+def colab_url_for(page: str) -> str:
+    """The Colab link the site must show for a lab, from the repository block of _config.yml."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    repo = config["repository"]
+    owner_repo = repo["url"].split("github.com/", 1)[1].strip("/")
+    prefix = (repo.get("path_to_book") or "").strip("/")
+    path = "/".join(p for p in (prefix, page + ".ipynb") if p)
+    colab = config["launch_buttons"]["colab_url"].rstrip("/")
+    return f"{colab}/github/{owner_repo}/blob/{repo['branch']}/{path}"
+
+
+def widget_expectations(html: str) -> list[dict]:
+    """For each widget view on a page: its model id and whether its saved state holds a figure."""
+    state_match = re.search(
+        rf'<script type="{re.escape(WIDGET_STATE)}">(.*?)</script>', html, re.S)
+    state = json.loads(state_match.group(1))["state"] if state_match else {}
+
+    def has_image(model_id, seen=()):
+        model = state.get(model_id)
+        if model is None or model_id in seen:
+            return False
+        for out in model["state"].get("outputs", []):
+            if "image/png" in out.get("data", {}) or "image/svg+xml" in out.get("data", {}):
+                return True
+        refs = re.findall(r"IPY_MODEL_([0-9a-f]+)", json.dumps(model["state"]))
+        return any(has_image(ref, (*seen, model_id)) for ref in refs)
+
+    views = re.findall(rf'<script type="{re.escape(WIDGET_VIEW)}">(.*?)</script>', html, re.S)
+    out = []
+    for view in views:
+        model_id = json.loads(view)["model_id"]
+        out.append({"model_id": model_id, "in_state": model_id in state,
+                    "image": has_image(model_id)})
+    return out
+
+
+PAGES = toc_pages()
+SUMMARY: dict = {"pages": 0, "requests": 0, "resources": 0, "blocked": [], "page_errors": 0,
+                 "bad_responses": 0, "math_pages": 0, "formulas": 0, "images": 0, "widgets": 0,
+                 "colab_links": 0, "per_page": {}}
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, *args):  # keep pytest's output readable
+        pass
+
+
+@pytest.fixture(scope="module")
+def server():
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site at {SITE}: run `make book` (make test builds it first)")
+    handler = functools.partial(_QuietHandler, directory=str(SITE))
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
+    if SHOTS.exists():
+        shutil.rmtree(SHOTS)
+    SHOTS.mkdir(parents=True)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-quic"])
+        yield browser
+        browser.close()
+    (SHOTS / "summary.json").write_text(json.dumps(SUMMARY, indent=2) + "\n")
+
+
+def test_toc_pages_are_built():
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site at {SITE}")
+    missing = [p for p in PAGES if not (SITE / (p + ".html")).exists()]
+    assert not missing, f"toc pages missing from the build: {missing}"
+
+
+# JavaScript run in the page once it has loaded.
+_SETTLE = """async () => {
+  // Images: load lazy ones too, then wait for every image to finish.
+  for (const img of document.images) img.loading = "eager";
+  await Promise.all([...document.images].map(img => img.complete ? null :
+      new Promise(r => { img.addEventListener("load", r); img.addEventListener("error", r); })));
+  // MathJax: wait for start-up and the first typeset.
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+    if (MathJax.typesetPromise) await MathJax.typesetPromise();
+  }
+}"""
+
+_INSPECT = r"""() => {
+  const prose = document.querySelector("main") || document.body;
+  const clone = prose.cloneNode(true);
+  clone.querySelectorAll("pre, code, script, style, mjx-container, .highlight")
+       .forEach(e => e.remove());
+  const maths = [...document.querySelectorAll(".math")];
+  return {
+    text: clone.innerText,
+    math: maths.length,
+    mathTypeset: maths.filter(e => e.querySelector("mjx-container")).length,
+    mjx: document.querySelectorAll("mjx-container").length,
+    mjxErrors: [...document.querySelectorAll("mjx-merror")]
+        .map(e => e.getAttribute("data-mjx-error") || e.textContent),
+    // MathJax's noundefined package draws an unknown macro (a typo) as red text.
+    undefinedMacros: [...document.querySelectorAll('mjx-assistive-mml mtext[mathcolor="red"]')]
+        .map(e => e.textContent).filter(t => t.startsWith("\\")),
+    mathjaxLoaded: !!(window.MathJax && window.MathJax.version),
+    images: [...document.images].map(img => ({src: img.currentSrc || img.src,
+                                              ok: img.complete && img.naturalWidth > 0})),
+    colab: [...document.querySelectorAll('a[href^="https://colab.research.google.com/"]')]
+        .map(a => a.href),
+  };
+}"""
+
+_WIDGET = """(modelId) => {
+  const views = document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]');
+  const script = [...views].find(s => JSON.parse(s.textContent).model_id === modelId);
+  if (!script) return null;
+  const output = script.closest(".cell_output") || script.parentElement;
+  const view = output.querySelector(".jupyter-widgets");
+  const controls = output.querySelectorAll(
+      "select, input, button, textarea, .widget-slider, .widget-dropdown, .widget-toggle-buttons");
+  const imgs = [...output.querySelectorAll("img")];
+  const note = output.nextElementSibling;
+  return {
+    rendered: !!view,
+    errorView: !!output.querySelector(".jupyter-widgets-error-widget, .widget-error"),
+    controls: controls.length,
+    images: imgs.length,
+    imagesLoaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
+    note: note && note.classList.contains("attnbook-widget-note") ? note.innerText : null,
+    noteLink: note && note.querySelector("a") ? note.querySelector("a").href : null,
+  };
+}"""
+
+
+@pytest.mark.parametrize("page_path", PAGES)
+def test_page_in_browser(page_path, server, browser):
+    from playwright import sync_api
+    host = urlsplit(server).netloc
+    source = source_of(page_path)
+    html = (SITE / (page_path + ".html")).read_text(encoding="utf-8")
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900},
+                                  service_workers="block")
+    page = context.new_page()
+    requests, blocked, bad, errors, failed = [], [], [], [], []
+
+    def route(r):
+        url = r.request.url
+        if urlsplit(url).scheme in ("http", "https") and urlsplit(url).netloc != host:
+            blocked.append(url)
+            r.abort()
+        else:
+            r.continue_()
+
+    context.route("**/*", route)
+    page.on("request", lambda req: requests.append(req.url))
+    page.on("response", lambda res: res.status != 200 and bad.append(f"{res.status} {res.url}"))
+    page.on("requestfailed", lambda req: urlsplit(req.url).netloc == host
+            and failed.append(f"{req.failure} {req.url}"))
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{server}/{page_path}.html", wait_until="load", timeout=60_000)
+        page.evaluate(_SETTLE)
+        widgets = widget_expectations(html)
+        if widgets:  # the manager renders on "load"; give it time to draw every view
+            try:
+                page.wait_for_function(
+                    f"document.querySelectorAll('.cell_output .jupyter-widgets').length >= "
+                    f"{len(widgets)}", timeout=30_000)
+            except sync_api.TimeoutError:
+                pass  # the widget checks below say which view is missing
+        page.wait_for_load_state("networkidle", timeout=30_000)
+        page.evaluate(_SETTLE)
+        info = page.evaluate(_INSPECT)
+        widget_info = [(w, page.evaluate(_WIDGET, w["model_id"])) for w in widgets]
+        shot = SHOTS / (page_path.replace("/", "__") + ".png")
+        page.screenshot(path=str(shot), full_page=True)
+    finally:
+        context.close()
+
+    local = [u for u in requests if urlsplit(u).netloc == host]
+    SUMMARY["pages"] += 1
+    SUMMARY["requests"] += len(requests)
+    SUMMARY["resources"] += len(set(local))
+    SUMMARY["blocked"] += blocked
+    SUMMARY["page_errors"] += len(errors)
+    SUMMARY["bad_responses"] += len(bad) + len(failed)
+    SUMMARY["math_pages"] += bool(info["math"])
+    SUMMARY["formulas"] += info["math"]
+    SUMMARY["images"] += len(info["images"])
+    SUMMARY["widgets"] += len(widgets)
+    SUMMARY["per_page"][page_path] = {
+        "requests": len(requests), "blocked": len(blocked), "errors": len(errors),
+        "formulas": info["math"], "images": len(info["images"]), "widgets": len(widgets)}
+
+    assert not blocked, f"requests to other hosts: {blocked}"
+    assert not bad and not failed, f"resources that did not answer 200: {bad + failed}"
+    assert not errors, f"uncaught errors in the page: {errors}"
+
+    # Math: where the source has math, MathJax typeset all of it, with no error and no raw TeX.
+    if source_has_math(source):
+        assert info["math"], "the source has math but the page has no math element"
+    if info["math"]:
+        assert info["mathjaxLoaded"], "the page has math but MathJax did not load"
+        assert info["mathTypeset"] == info["math"], (
+            f"{info['math'] - info['mathTypeset']} of {info['math']} formulas not typeset")
+        assert not info["mjxErrors"], f"MathJax errors: {info['mjxErrors']}"
+        assert not info["undefinedMacros"], f"undefined TeX macros: {info['undefinedMacros']}"
+        for raw in ("\\(", "\\)", "\\[", "\\]", "$$"):
+            assert raw not in info["text"], f"raw TeX {raw!r} left in the page text"
+
+    broken = [i["src"] for i in info["images"] if not i["ok"]]
+    assert not broken, f"images that did not load: {broken}"
+
+    for expected, got in widget_info:
+        assert expected["in_state"], f"widget {expected['model_id']} has no saved state"
+        assert got and got["rendered"] and not got["errorView"], f"widget not rendered: {got}"
+        assert got["controls"] >= 1, "a widget shows no controls"
+        if expected["image"]:
+            assert got["imagesLoaded"] >= 1, f"a widget's saved figure is not shown: {got}"
+        assert got["note"] and "live" in got["note"], "no static-site note under the widget"
+        assert got["noteLink"] == colab_url_for(page_path), got["noteLink"]
+
+    if source.suffix == ".ipynb":
+        want = colab_url_for(page_path)
+        assert want in info["colab"], f"no Colab link to {want}; found {info['colab']}"
+        SUMMARY["colab_links"] += 1

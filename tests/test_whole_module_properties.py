@@ -1,0 +1,49 @@
+"""Chapter 8's properties that tests/test_attention.py does not pin: equivariance, the formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from conftest import random_padding
+
+from attnbook import Attention, blocked_positions, to_additive_mask
+
+
+def unmasked(m: Attention) -> Attention:
+    """A copy of ``m`` whose causal buffer blocks nothing: attention over the whole sequence."""
+    free = Attention(m.d_model, m.context_length).to(m.query.weight.dtype)
+    free.load_state_dict(m.state_dict())
+    free.mask.fill_(False)
+    return free
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_permutation_equivariance_without_mask(seed):
+    torch.manual_seed(seed)
+    m = unmasked(Attention(6, 8).double())
+    x = torch.randn(2, 8, 6, dtype=torch.float64)
+    perm = torch.randperm(8)
+    torch.testing.assert_close(m(x[:, perm]), m(x)[:, perm], rtol=1e-12, atol=1e-12)
+    pad = random_padding(2, 8, "right")  # padding is a property of a token: it moves with it
+    torch.testing.assert_close(m(x[:, perm], pad[:, perm]), m(x, pad)[:, perm],
+                               rtol=1e-12, atol=1e-12)
+
+
+def test_causal_mask_breaks_equivariance():
+    m = Attention(6, 8).double()
+    x = torch.randn(1, 8, 6, dtype=torch.float64)
+    swap = torch.tensor([1, 0, 2, 3, 4, 5, 6, 7])  # swap the first two tokens
+    assert not torch.allclose(m(x[:, swap]), m(x)[:, swap])
+    # ... but only the two swapped queries notice: from token 2 on, both are in view.
+    torch.testing.assert_close(m(x[:, swap])[:, 2:], m(x)[:, 2:], rtol=1e-12, atol=1e-12)
+
+
+def test_module_is_the_one_line_formula():
+    """Y = softmax(Q K^T / sqrt(d) + M) V with M the additive mask (0 / -inf)."""
+    m = Attention(5, 7).double()
+    x = torch.randn(3, 7, 5, dtype=torch.float64)
+    pad = random_padding(3, 7, "right")
+    Q, K, V = m.query(x), m.key(x), m.value(x)
+    M = to_additive_mask(blocked_positions(m.mask, pad), dtype=x.dtype)  # (B, T, T)
+    Y = torch.softmax(Q @ K.transpose(-2, -1) / 5**0.5 + M, dim=-1) @ V
+    torch.testing.assert_close(m(x, pad)[pad], Y[pad], rtol=1e-12, atol=1e-12)
