@@ -77,41 +77,42 @@ def cost(outdir: Path) -> Path:
     finally:
         torch.set_num_threads(threads)
     mib = [T * T * 4 / 2**20 for T in Ts]  # float32 scores of one sequence
-    fig, axes = plt.subplots(1, 3, figsize=(10.5, 3.2))
-    ax = axes[0]
-    ax.loglog(Ts, [1e3 * t for t in t_of_T], "o-", label="measured")
-    ax.loglog(Ts, [1e3 * t_of_T[-1] * (T / Ts[-1]) ** 2 for T in Ts], "--", color="grey",
-              label=r"$\propto T^2$")
-    ax.set_xlabel("T (tokens), d = 64")
-    ax.set_ylabel("time (ms)")
-    ax.set_title("time grows as T²", fontsize=10)
-    ax = axes[1]
-    ax.loglog(ds, [1e3 * t for t in t_of_d], "o-", color="tab:green", label="measured")
-    ax.loglog(ds, [1e3 * t_of_d[-1] * d / ds[-1] for d in ds], "--", color="grey",
-              label=r"$\propto d$")
-    ax.set_xlabel("d (width), T = 512")
-    ax.set_ylabel("time (ms)")
-    ax.set_title("and linearly in d", fontsize=10)
-    ax = axes[2]
-    ax.loglog(Ts, mib, "o-", color="tab:purple", label=r"$4T^2$ bytes")
-    ax.set_xlabel("T (tokens)")
-    ax.set_ylabel("MiB")
-    ax.set_title("memory of S (float32), any d", fontsize=10)
-    for ax in axes:
-        ax.legend(fontsize=8, frameon=False)
-        ax.set_xticks([], minor=True)
-        lo, hi = ax.get_ylim()
-        ax.set_yticks([t for t in (m * 10.0**e for e in range(-3, 3) for m in (1, 2, 5))
-                       if lo <= t <= hi])
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.yaxis.set_minor_formatter(NullFormatter())
-    axes[0].set_xticks(Ts, [str(T) for T in Ts])
-    axes[1].set_xticks(ds, [str(d) for d in ds])
-    axes[2].set_xticks(Ts, [str(T) for T in Ts])
-    fig.tight_layout()
-    out = outdir / "scores_cost.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    with plt.rc_context({"font.size": 12, "legend.fontsize": 11}):
+        fig, axes = plt.subplots(1, 3, figsize=(11, 3.6))
+        ax = axes[0]
+        ax.loglog(Ts, [1e3 * t for t in t_of_T], "o-", label="measured")
+        ax.loglog(Ts, [1e3 * t_of_T[-1] * (T / Ts[-1]) ** 2 for T in Ts], "--", color="grey",
+                  label=r"$\propto T^2$")
+        ax.set_xlabel("T (tokens), d = 64")
+        ax.set_ylabel("time (ms)")
+        ax.set_title("time grows as T²")
+        ax = axes[1]
+        ax.loglog(ds, [1e3 * t for t in t_of_d], "o-", color="tab:green", label="measured")
+        ax.loglog(ds, [1e3 * t_of_d[-1] * d / ds[-1] for d in ds], "--", color="grey",
+                  label=r"$\propto d$")
+        ax.set_xlabel("d (width), T = 512")
+        ax.set_ylabel("time (ms)")
+        ax.set_title("and linearly in d")
+        ax = axes[2]
+        ax.loglog(Ts, mib, "o-", color="tab:purple", label=r"$4T^2$ bytes")
+        ax.set_xlabel("T (tokens)")
+        ax.set_ylabel("MiB")
+        ax.set_title("memory of S (float32), any d")
+        for ax in axes:
+            ax.legend(frameon=False)
+            ax.set_xticks([], minor=True)
+            lo, hi = ax.get_ylim()
+            ax.set_yticks([t for t in (m * 10.0**e for e in range(-3, 3) for m in (1, 2, 5))
+                           if lo <= t <= hi])
+            ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.yaxis.set_minor_formatter(NullFormatter())
+        axes[0].set_xticks(Ts, [str(T) for T in Ts])
+        axes[1].set_xticks(ds, [str(d) for d in ds])
+        axes[2].set_xticks(Ts, [str(T) for T in Ts])
+        fig.tight_layout()
+        out = outdir / "scores_cost.png"
+        fig.savefig(out, dpi=130, bbox_inches="tight")
+        plt.close(fig)
     for T, t in zip(Ts, t_of_T):
         print(f"  T={T:5d} d=64: {1e3 * t:8.3f} ms")
     for d, t in zip(ds, t_of_d):

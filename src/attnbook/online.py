@@ -21,7 +21,8 @@ import torch
 NEG_INF = float("-inf")
 
 
-def online_softmax_stats(scores: torch.Tensor, block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def online_softmax_stats(scores: torch.Tensor,
+                         block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Running maximum and running sum of exponentials, one block of scores at a time.
 
     Args:

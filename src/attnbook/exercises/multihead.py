@@ -48,7 +48,7 @@ def check_head_scores(answer, q: torch.Tensor, k: torch.Tensor, n_heads: int) ->
         "transposed scores (K Q^T): rows must be queries, columns keys":
             raw.transpose(-2, -1) / math.sqrt(d_h),
     }
-    return check_tensor(answer, raw / math.sqrt(d_h), mistakes, name="the head scores")
+    return check_tensor(answer, raw / math.sqrt(d_h), mistakes, name="the score tensor")
 
 
 def check_parameter_count(answer, d_model: int, n_heads: int) -> Feedback:

@@ -34,7 +34,7 @@ def check_copy_targets(answer, x: torch.Tensor, delay: int) -> Feedback:
     }
     if delay > 1:
         mistakes[f"a delay of {delay - 1}, not {delay} (off by one)"] = shifted(delay - 1)
-    return check_tensor(answer, shifted(delay), mistakes, name="the targets", atol=0, rtol=0)
+    return check_tensor(answer, shifted(delay), mistakes, name="the target tensor", atol=0, rtol=0)
 
 
 def check_embedding(answer, model, idx: torch.Tensor) -> Feedback:
