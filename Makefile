@@ -6,7 +6,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg
-ASSETS := _assets/vendor/versions.json
+ASSETS := _assets/third_party/versions.json
 
 .PHONY: install assets book test lint unit nbval colab site browser notebooks figures clean
 
@@ -17,8 +17,9 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)
 
-# Pinned in package.json / package-lock.json; copied into _assets/vendor (git-ignored), which
-# _config.yml serves as _static/vendor. Without npm the site builds, but math and widgets need it.
+# Pinned in package.json / package-lock.json; copied into _assets/third_party (git-ignored),
+# which _config.yml serves as _static/third_party. Without npm the site builds, but math and
+# widgets need these files.
 $(ASSETS): package.json package-lock.json scripts/vendor_assets.py
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm ci --ignore-scripts --no-audit --no-fund --loglevel=error && \

@@ -17,9 +17,9 @@
   var script = document.currentScript;
   var staticRoot = new URL(".", script ? script.src : document.baseURI).href; // .../_static/
 
-  // 1. Serve the widget manager's modules (and so its fonts) from _static/vendor/html-manager.
+  // 1. Serve the widget manager's modules (and so its fonts) from _static/third_party/html-manager.
   if (window.requirejs) {
-    var manager = staticRoot + "vendor/html-manager";
+    var manager = staticRoot + "third_party/html-manager";
     window.requirejs.config({
       paths: {
         "@jupyter-widgets/html-manager/dist": manager,

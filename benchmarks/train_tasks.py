@@ -23,7 +23,7 @@ from attnbook.train import train
 FULL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "mlp": True}
 # Steps per task: copying and reversing are learned in ~100 steps; induction needs two
 # layers to cooperate (a previous-token head, then an induction head) and takes longer.
-STEPS = {"copy": 300, "reverse": 300, "induction": 800}
+STEPS = {"copy": 150, "reverse": 150, "induction": 600}
 BATCH, LR, SEED = 64, 3e-3, 0
 
 

@@ -1,10 +1,10 @@
-"""Copy the JavaScript the site serves itself from node_modules into _assets/vendor/.
+"""Copy the JavaScript the site serves itself from node_modules into _assets/third_party/.
 
 The built pages must need no host but their own (a classroom network may block CDNs), so MathJax 3,
 require.js and the ipywidgets HTML manager come from ``npm ci`` (versions pinned in package.json
 and package-lock.json) and are copied here; ``_config.yml`` names ``_assets`` in
 ``html_static_path`` and points ``mathjax_path`` and ``nb_ipywidgets_js`` at these copies.
-Only what the pages use is copied. ``_assets/vendor/`` is generated: it is git-ignored.
+Only what the pages use is copied. ``_assets/third_party/`` is generated: it is git-ignored.
 
 Usage: python scripts/vendor_assets.py   (after ``npm ci``; ``make book`` runs both)
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 NODE = ROOT / "node_modules"
-VENDOR = ROOT / "_assets" / "vendor"
+VENDOR = ROOT / "_assets" / "third_party"
 
 # (package folder, files or folders inside it, destination folder under VENDOR)
 COPIES = [

@@ -80,7 +80,9 @@ def draw_split(outdir: Path) -> Path:
     _, w = m(torch.randn(1, T, d), return_weights=True)  # (1, h, T, T)
     fig = plt.figure(figsize=(11, 3.1))
     grid = fig.add_gridspec(2, h + 2, width_ratios=[1.6] + [1] * h + [1.6], hspace=0.5)
-    for col, label in ((0, "Q, K, V  (T, d) each,\ncut into heads"), (h + 1, "concat heads  (T, d)\nthen $W_o$")):
+    labels = ((0, "Q, K, V  (T, d) each,\ncut into heads"),
+              (h + 1, "concat heads  (T, d)\nthen $W_o$"))
+    for col, label in labels:
         ax = fig.add_subplot(grid[:, col])
         for i in range(h):
             ax.add_patch(Rectangle((i * d // h, 0), d // h, T, fc=COLOURS[i], ec="white",
@@ -101,8 +103,9 @@ def draw_split(outdir: Path) -> Path:
         for spine in ax.spines.values():
             spine.set_edgecolor(COLOURS[i])
             spine.set_linewidth(3)
-        ax.set_title(f"head {i + 1}: softmax(\n" + r"$Q_{%d} K_{%d}^\top / \sqrt{d_h}$)"
-                     % (i + 1, i + 1), fontsize=9)
+        n = i + 1
+        ax.set_title(f"head {n}: softmax(\n" + rf"$Q_{n} K_{n}^\top / \sqrt{{d_h}}$)",
+                     fontsize=9)
     fig.suptitle(f"d = {d} split into h = {h} heads of width d_h = {d // h}; each head has its "
                  "own (T, T) weights", fontsize=11, y=0.9)
     out = outdir / "mha_split.png"

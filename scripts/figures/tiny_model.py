@@ -45,7 +45,7 @@ def main(outdir: Path) -> Path:
         torch.set_num_threads(threads)
 
     fig, ax = plt.subplots(figsize=(7.5, 3.8))
-    for name, changes, task, _, history in results:
+    for name, changes, _task, _, history in results:
         label = f"{name}: held-out accuracy {history.accuracy:.2f}"
         style = {"ls": "--", "color": "grey"} if changes else {}
         if changes:
