@@ -8,8 +8,8 @@
  *    too and the page needs no other host.
  * 2. ipywidgets 8 controls typeset their labels with the MathJax 2 API (MathJax.Hub.Queue); the
  *    site runs MathJax 3, so a small MathJax.Hub forwards those calls to MathJax.typesetPromise.
- * 3. Below each widget, a note says that this is the saved default view and that moving the
- *    controls needs a live kernel, with a link that opens the lab in Colab.
+ * 3. Below each widget with controls, a note says that this is the saved default view and that
+ *    moving the controls needs a live kernel, with a link that opens the lab in Colab.
  */
 (function () {
   "use strict";
@@ -58,7 +58,32 @@
     };
   }
 
-  // 3. The note under each widget output.
+  // 3. The note under each widget output that has controls (a progress bar needs none).
+  var CONTAINERS = /^(Box|VBox|HBox|GridBox|Accordion|Tab|Stack|Output|Layout)Model$/;
+  var CONTROLS = /Slider|Dropdown|Checkbox|ToggleButton|RadioButtons|Select|Text|Button|Combobox|Picker|Play/;
+
+  function savedState() {
+    var el = document.querySelector('script[type="application/vnd.jupyter.widget-state+json"]');
+    try {
+      return el ? JSON.parse(el.textContent).state || {} : {};
+    } catch (err) {
+      return {};
+    }
+  }
+
+  function hasControls(state, modelId, seen) {
+    var model = state[modelId];
+    if (!model || seen[modelId]) return false;
+    seen[modelId] = true;
+    var name = model.model_name || "";
+    if (!/Style|Layout/.test(name) && !CONTAINERS.test(name) && CONTROLS.test(name)) return true;
+    var refs = JSON.stringify(model.state || {}).match(/IPY_MODEL_[0-9a-f]+/g) || [];
+    for (var i = 0; i < refs.length; i++) {
+      if (hasControls(state, refs[i].slice(10), seen)) return true;
+    }
+    return false;
+  }
+
   function colabLink() {
     var link = document.querySelector('a[href^="https://colab.research.google.com/"]');
     return link ? link.href : null;
@@ -66,11 +91,18 @@
 
   function addNotes() {
     var views = document.querySelectorAll('script[type="application/vnd.jupyter.widget-view+json"]');
+    var state = savedState();
     var href = colabLink();
     var seen = [];
     for (var i = 0; i < views.length; i++) {
       var output = views[i].closest(".cell_output") || views[i].parentElement;
-      if (seen.indexOf(output) >= 0) continue;
+      var modelId;
+      try {
+        modelId = JSON.parse(views[i].textContent).model_id;
+      } catch (err) {
+        continue;
+      }
+      if (seen.indexOf(output) >= 0 || !hasControls(state, modelId, {})) continue;
       seen.push(output);
       var note = document.createElement("p");
       note.className = "attnbook-widget-note";

@@ -495,13 +495,16 @@ def run(cfg: Config) -> str:
                 print(f"  timed d={d} T={T} {mode}", file=sys.stderr, flush=True)
     jobs = [(m, d, T, ("fwd+bwd",) if m == "online_autograd" else tuple(MODES))
             for d in cfg.widths for T in cfg.lengths for m in cfg.memory_methods]
+    print(f"  timing done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
     memory = measure_memory(cfg, jobs)
+    print(f"  memory done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
     kv = kv_benchmark(cfg)
+    print(f"  KV cache done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
     gflops = max(gflops, matmul_gflops(cfg.matmul_n))  # again at the end: the better of two
     text, _ = report(cfg, times, memory, gflops, kv, machine_description())
     text += f"\n\nWhole run: {time.perf_counter() - start:.0f} s.\n"
     if cfg.figures is not None:
-        for path in figures(cfg, times, memory, kv, gflops, cfg.figures):
+        for path in figures(cfg, times, memory, kv, gflops, cfg.figures):  # noqa: B007
             print(f"  wrote {path}", file=sys.stderr)
     return text
 

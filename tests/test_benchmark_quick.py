@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_benchmark_quick(tmp_path):
-    spec = importlib.util.spec_from_file_location("attention_bench",
-                                                  ROOT / "benchmarks" / "attention_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    text = bench.main(["--quick", "--figures", str(tmp_path)])
+def test_benchmark_quick(tmp_path, monkeypatch):
+    # Imported by name so that the memory probes, run in fresh processes, can find it too.
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import attention_bench
+
+    text = attention_bench.main(["--quick", "--figures", str(tmp_path)])
     for heading in ["Matmul throughput", "Time, fwd", "Time, fwd+bwd", "Peak memory",
                     "KV cache", "Targets"]:
         assert heading in text
     assert {p.name for p in tmp_path.glob("*.png")} >= {"cost_time.png", "cost_memory.png",
                                                         "fused_ratios.png", "kv_step_time.png"}
+    sys.modules.pop("attention_bench", None)

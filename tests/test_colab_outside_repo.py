@@ -54,8 +54,11 @@ def wheel_site(tmp_path_factory) -> Path:
     shutil.copytree(ROOT / "src", src / "src",
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     dist = work / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(dist), str(src)], check=True)
+    command = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)]
+    try:  # offline, with the venv's setuptools
+        subprocess.run([*command, "--no-build-isolation"], check=True)
+    except subprocess.CalledProcessError:  # pip fetches the build backend pyproject.toml names
+        subprocess.run(command, check=True)
     (wheel,) = dist.glob("attnbook-*.whl")
     site = work / "site-packages"
     with zipfile.ZipFile(wheel) as zf:

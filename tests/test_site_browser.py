@@ -25,8 +25,6 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-pytestmark = pytest.mark.browser
-
 ROOT = Path(__file__).resolve().parents[1]
 SITE = Path(os.environ.get("ATTNBOOK_SITE_DIR", ROOT / "_build" / "html"))
 SHOTS = SITE.parent / "screenshots"
@@ -88,28 +86,39 @@ def colab_url_for(page: str) -> str:
     return f"{colab}/github/{owner_repo}/blob/{repo['branch']}/{path}"
 
 
+_CONTAINERS = re.compile(r"^(Box|VBox|HBox|GridBox|Accordion|Tab|Stack|Output)Model$")
+_CONTROLS = re.compile(
+    r"Slider|Dropdown|Checkbox|ToggleButton|RadioButtons|Select|Text|Button|Combobox|Picker|Play")
+
+
 def widget_expectations(html: str) -> list[dict]:
-    """For each widget view on a page: its model id and whether its saved state holds a figure."""
+    """For each widget view on a page, from its saved state: how many leaf widgets it draws
+    (controls, labels, progress bars), whether any is a control, and whether it holds a figure."""
     state_match = re.search(
         rf'<script type="{re.escape(WIDGET_STATE)}">(.*?)</script>', html, re.S)
     state = json.loads(state_match.group(1))["state"] if state_match else {}
 
-    def has_image(model_id, seen=()):
-        model = state.get(model_id)
-        if model is None or model_id in seen:
-            return False
-        for out in model["state"].get("outputs", []):
-            if "image/png" in out.get("data", {}) or "image/svg+xml" in out.get("data", {}):
-                return True
-        refs = re.findall(r"IPY_MODEL_([0-9a-f]+)", json.dumps(model["state"]))
-        return any(has_image(ref, (*seen, model_id)) for ref in refs)
+    def subtree(model_id, seen):
+        if model_id in seen or model_id not in state:
+            return
+        seen.add(model_id)
+        for ref in re.findall(r"IPY_MODEL_([0-9a-f]+)", json.dumps(state[model_id]["state"])):
+            subtree(ref, seen)
 
     views = re.findall(rf'<script type="{re.escape(WIDGET_VIEW)}">(.*?)</script>', html, re.S)
     out = []
     for view in views:
         model_id = json.loads(view)["model_id"]
-        out.append({"model_id": model_id, "in_state": model_id in state,
-                    "image": has_image(model_id)})
+        models = set()
+        subtree(model_id, models)
+        names = [state[m]["model_name"] for m in models]
+        leaves = [n for n in names
+                  if not re.search(r"Style|Layout", n) and not _CONTAINERS.match(n)]
+        image = any(mime in out_.get("data", {}) for m in models
+                    for out_ in state[m]["state"].get("outputs", [])
+                    for mime in ("image/png", "image/svg+xml"))
+        out.append({"model_id": model_id, "in_state": model_id in state, "leaves": len(leaves),
+                    "controls": any(_CONTROLS.search(n) for n in leaves), "image": image})
     return out
 
 
@@ -156,6 +165,41 @@ def browser(server):
     (SHOTS / "summary.json").write_text(json.dumps(SUMMARY, indent=2) + "\n")
 
 
+# Fast checks of the configuration (the unit step runs these; no browser needed).
+
+
+def _sphinx_config() -> dict:
+    return yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))["sphinx"]["config"]
+
+
+def test_site_assets_are_served_locally():
+    config = _sphinx_config()
+    local = [config["mathjax_path"], *config["nb_ipywidgets_js"]]
+    assert all("://" not in path and not path.startswith("//") for path in local), local
+    # A root _static/ folder makes Jupyter Book inject every .js in it into every page.
+    assert "_static" not in config.get("html_static_path", [])
+    assert not (ROOT / "_static").exists()
+    for path in [*local, *config.get("html_css_files", [])]:
+        generated = path.startswith("third_party/")
+        if not generated or (ROOT / "_assets" / "third_party").exists():
+            assert (ROOT / "_assets" / path).exists(), f"_assets/{path} is missing"
+    order = list(config["nb_ipywidgets_js"])
+    assert order.index("attnbook-widgets.js") == 1, "the shim runs after require.js, before embed"
+
+
+def test_thebe_is_off():
+    assert "sphinx_thebe" not in _sphinx_config()["extensions"]
+
+
+def test_npm_packages_are_pinned():
+    package = json.loads((ROOT / "package.json").read_text())
+    lock = json.loads((ROOT / "package-lock.json").read_text())
+    for name, version in package["dependencies"].items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name} is not pinned: {version}"
+        assert lock["packages"][f"node_modules/{name}"]["version"] == version
+
+
+@pytest.mark.browser
 def test_toc_pages_are_built():
     if not (SITE / "index.html").exists():
         pytest.skip(f"no built site at {SITE}")
@@ -207,14 +251,16 @@ _WIDGET = """(modelId) => {
   if (!script) return null;
   const output = script.closest(".cell_output") || script.parentElement;
   const view = output.querySelector(".jupyter-widgets");
-  const controls = output.querySelectorAll(
-      "select, input, button, textarea, .widget-slider, .widget-dropdown, .widget-toggle-buttons");
+  // Leaf widgets (controls, labels, progress bars): drawn, not containers, with a size.
+  const leaves = [...output.querySelectorAll(".jupyter-widgets")].filter(e =>
+      !e.classList.contains("widget-box") && !e.classList.contains("widget-output")
+      && e.getBoundingClientRect().width > 0);
   const imgs = [...output.querySelectorAll("img")];
   const note = output.nextElementSibling;
   return {
     rendered: !!view,
     errorView: !!output.querySelector(".jupyter-widgets-error-widget, .widget-error"),
-    controls: controls.length,
+    leaves: leaves.length,
     images: imgs.length,
     imagesLoaded: imgs.filter(i => i.complete && i.naturalWidth > 0).length,
     note: note && note.classList.contains("attnbook-widget-note") ? note.innerText : null,
@@ -223,6 +269,7 @@ _WIDGET = """(modelId) => {
 }"""
 
 
+@pytest.mark.browser
 @pytest.mark.parametrize("page_path", PAGES)
 def test_page_in_browser(page_path, server, browser):
     from playwright import sync_api
@@ -306,11 +353,13 @@ def test_page_in_browser(page_path, server, browser):
     for expected, got in widget_info:
         assert expected["in_state"], f"widget {expected['model_id']} has no saved state"
         assert got and got["rendered"] and not got["errorView"], f"widget not rendered: {got}"
-        assert got["controls"] >= 1, "a widget shows no controls"
+        assert got["leaves"] >= max(1, expected["leaves"]), (
+            f"a widget shows {got['leaves']} of its {expected['leaves']} controls")
         if expected["image"]:
             assert got["imagesLoaded"] >= 1, f"a widget's saved figure is not shown: {got}"
-        assert got["note"] and "live" in got["note"], "no static-site note under the widget"
-        assert got["noteLink"] == colab_url_for(page_path), got["noteLink"]
+        if expected["controls"]:
+            assert got["note"] and "live" in got["note"], "no static-site note under the widget"
+            assert got["noteLink"] == colab_url_for(page_path), got["noteLink"]
 
     if source.suffix == ".ipynb":
         want = colab_url_for(page_path)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from .attention import Attention
 from .masks import blocked_positions
@@ -29,6 +30,7 @@ class KVCache:
         k, v: the buffers; only the first ``length`` positions are filled.
         real: True for real tokens, False for padding (masks keys, as ``padding_mask`` does).
         length: how many positions are filled.
+        padded: whether any cached token is padding (if not, a one-token step needs no mask).
 
     Shape:
         k, v: (B, context_length, d); real: (B, context_length)
@@ -38,6 +40,7 @@ class KVCache:
     v: torch.Tensor
     real: torch.Tensor
     length: int = 0
+    padded: bool = False
 
     @classmethod
     def empty(cls, batch: int, context_length: int, d: int, *, device=None,
@@ -72,6 +75,7 @@ class KVCache:
         self.k[:, self.length : end] = k_new
         self.v[:, self.length : end] = v_new
         self.real[:, self.length : end] = True if real_new is None else real_new
+        self.padded = self.padded or (real_new is not None and not bool(real_new.all()))
         self.length = end
 
 
@@ -102,6 +106,10 @@ def cached_attention(
     q = attn.query(x_new)  # (B, t, d): only the new tokens are projected
     cache.append(attn.key(x_new), attn.value(x_new), padding_mask)
     k, v = cache.k[:, : cache.length], cache.v[:, : cache.length]  # (B, L, d) with L = start + t
+    if t == 1 and not cache.padded:
+        # One new token sees every cached key and none is padding: no mask at all, so the
+        # fused kernel does steps 2 to 6 in one call (4-D for the CPU flash kernel).
+        return F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]
     # New query i sits at position start + i and may see keys 0 .. start + i.
     causal = attn.mask[start : start + t, : cache.length]  # (t, L), True = blocked
     blocked = blocked_positions(causal, cache.real[:, : cache.length])  # (B, t, L)
