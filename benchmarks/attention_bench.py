@@ -64,8 +64,8 @@ class Config:
     B: int = 4
     widths: tuple[int, ...] = (64, 256)
     lengths: tuple[int, ...] = (128, 512, 1024, 2048, 4096)
-    repeats: int = 5  # timed runs per point (fewer for slow points, see time_point)
-    budget_s: float = 1.5  # stop repeating a point after about this long
+    repeats: int = 9  # timed runs per point (fewer for slow points, see time_point)
+    budget_s: float = 2.5  # stop repeating a point after about this long (at least 3 runs)
     kv_tokens: int = 512
     kv_prompt: int = 16
     kv_width: int = 64
@@ -428,10 +428,9 @@ def figures(cfg, times, memory, kv, gflops, outdir: Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
-    def guide(ax, ys, power, label):  # a dotted reference slope through the first point
-        ax.plot(Ts, [ys[0] * (T / Ts[0]) ** power for T in Ts], ":", color="grey", lw=1)
-        ax.annotate(label, (Ts[-1], ys[0] * (Ts[-1] / Ts[0]) ** power), fontsize=8,
-                    color="grey", ha="right", va="bottom")
+    def guide(ax, ys, power, label):  # a dotted reference slope through the last point
+        ax.plot(Ts, [ys[-1] * (T / Ts[-1]) ** power for T in Ts], ":", color="grey", lw=1)
+        ax.annotate(label, (Ts[-1], ys[-1]), fontsize=8, color="grey", ha="left", va="top")
 
     # 1. time against T, every method
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
@@ -550,6 +549,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--quick", action="store_true", help="a tiny configuration (seconds)")
     parser.add_argument("--figures", type=Path, default=None,
                         help="folder for the figures (default: book/figures; 'none' to skip)")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="also write the tables to this Markdown file, with date and command")
     args = parser.parse_args(argv)
     cfg = Config(**QUICK) if args.quick else Config()
     if args.figures is not None:
@@ -558,6 +559,12 @@ def main(argv: list[str] | None = None) -> str:
         cfg.figures = None  # never overwrite the book's figures with a smoke test
     text = run(cfg)
     print(text)
+    if args.save is not None:
+        command = "python benchmarks/attention_bench.py" + "".join(f" {a}" for a in (argv or
+                                                                                  sys.argv[1:]))
+        stamp = time.strftime("%Y-%m-%d %H:%M %Z")
+        args.save.write_text(f"# Attention benchmark: results\n\nRun on {stamp} with "
+                             f"`{command}`.\n\n{text}", encoding="utf-8")
     return text
 
 

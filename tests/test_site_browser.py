@@ -16,7 +16,6 @@ import functools
 import json
 import os
 import re
-import shutil
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -151,9 +150,10 @@ def browser(server):
     sync_api = pytest.importorskip("playwright.sync_api")
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: apt-get install -y chromium (.ci/run does)")
-    if SHOTS.exists():
-        shutil.rmtree(SHOTS)
-    SHOTS.mkdir(parents=True)
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    for old in SHOTS.glob("*.png"):  # pages no longer in the toc
+        if old.stem.replace("__", "/") not in PAGES:
+            old.unlink()
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM, headless=True,
@@ -251,10 +251,14 @@ _WIDGET = """(modelId) => {
   if (!script) return null;
   const output = script.closest(".cell_output") || script.parentElement;
   const view = output.querySelector(".jupyter-widgets");
-  // Leaf widgets (controls, labels, progress bars): drawn, not containers, with a size.
-  const leaves = [...output.querySelectorAll(".jupyter-widgets")].filter(e =>
-      !e.classList.contains("widget-box") && !e.classList.contains("widget-output")
-      && e.getBoundingClientRect().width > 0);
+  // Leaf widget views (controls, labels, progress bars): drawn, not containers, with a size.
+  // (Some views, the SelectionSlider's, lack the jupyter-widgets class: look for widget-*.)
+  const leaves = [...output.querySelectorAll(".lm-Widget")].filter(e => {
+    const cls = [...e.classList];
+    return cls.some(c => c.startsWith("widget-")) && !cls.includes("widget-box")
+        && !cls.includes("widget-output") && !cls.includes("widget-container")
+        && e.getBoundingClientRect().width > 0;
+  });
   const imgs = [...output.querySelectorAll("img")];
   const note = output.nextElementSibling;
   return {
