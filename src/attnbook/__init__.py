@@ -8,18 +8,41 @@ from .attention import Attention
 from .masks import (
     blocked_positions,
     causal_mask,
+    from_additive_mask,
+    from_key_padding_mask,
+    from_sdpa_mask,
     to_additive_mask,
     to_key_padding_mask,
+    to_mha_attn_mask,
+    to_sdpa_key_mask,
     to_sdpa_mask,
 )
+from .model import TinyConfig, TinyModel
+from .multihead import MultiHeadAttention
 from .scores import attention_scores, scale_scores
-from .softmax import masked_softmax, stable_softmax
+from .softmax import masked_softmax, softmax_jacobian, stable_softmax, temperature_softmax
+from .tasks import IGNORE, get_task
+from .train import evaluate, train
 from .weighted_sum import weighted_sum
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "IGNORE",
     "Attention",
+    "MultiHeadAttention",
+    "TinyConfig",
+    "TinyModel",
+    "evaluate",
+    "from_additive_mask",
+    "from_key_padding_mask",
+    "from_sdpa_mask",
+    "get_task",
+    "softmax_jacobian",
+    "temperature_softmax",
+    "to_mha_attn_mask",
+    "to_sdpa_key_mask",
+    "train",
     "attention_scores",
     "blocked_positions",
     "causal_mask",
