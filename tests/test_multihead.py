@@ -158,3 +158,16 @@ def test_checks_its_input():
         m(torch.randn(1, 5, 8))
     with pytest.raises(ValueError, match="d_model=8"):
         m(torch.randn(1, 3, 6))
+
+
+def test_fused_multihead_equals_explicit_and_still_returns_weights():
+    torch.manual_seed(0)
+    explicit = MultiHeadAttention(16, 12, n_heads=4).double()
+    fused = MultiHeadAttention(16, 12, n_heads=4, fused=True).double()
+    fused.load_state_dict(explicit.state_dict())
+    x = torch.randn(3, 12, 16, dtype=torch.float64)
+    pad = torch.arange(12)[None, :] >= torch.tensor([0, 4, 9])[:, None]  # left padding
+    torch.testing.assert_close(fused(x, pad), explicit(x, pad))
+    out, w = fused(x, pad, return_weights=True)
+    assert w is not None and w.shape == (3, 4, 12, 12)
+    torch.testing.assert_close(out, explicit(x, pad))

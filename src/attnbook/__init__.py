@@ -5,6 +5,8 @@ d model width (``d_model``), h heads, d_h head width.
 """
 
 from .attention import Attention
+from .fused import fused_attention
+from .kv_cache import KVCache, cached_attention, generate
 from .masks import (
     blocked_positions,
     causal_mask,
@@ -19,6 +21,7 @@ from .masks import (
 )
 from .model import TinyConfig, TinyModel
 from .multihead import MultiHeadAttention
+from .online import online_softmax, tiled_attention
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax, softmax_jacobian, stable_softmax, temperature_softmax
 from .tasks import IGNORE, get_task
@@ -30,6 +33,12 @@ __version__ = "0.1.0"
 __all__ = [
     "IGNORE",
     "Attention",
+    "KVCache",
+    "cached_attention",
+    "fused_attention",
+    "generate",
+    "online_softmax",
+    "tiled_attention",
     "MultiHeadAttention",
     "TinyConfig",
     "TinyModel",

@@ -32,6 +32,7 @@ class MultiHeadAttention(Attention):
         d_model: width ``d`` of each token vector (input and output).
         context_length: the longest sequence the module accepts; sizes the causal mask.
         n_heads: number of heads ``h``; must divide ``d_model``.
+        fused: compute steps 2-6 with PyTorch's fused kernel (same result, see chapter 11).
 
     Mask conventions: those of :class:`attnbook.Attention` (``mask`` True = blocked,
     ``padding_mask`` True = real token).
@@ -44,8 +45,8 @@ class MultiHeadAttention(Attention):
     single-head module (and the seed's) computes.
     """
 
-    def __init__(self, d_model: int, context_length: int, n_heads: int):
-        super().__init__(d_model, context_length)
+    def __init__(self, d_model: int, context_length: int, n_heads: int, fused: bool = False):
+        super().__init__(d_model, context_length, fused=fused)
         if n_heads < 1 or d_model % n_heads != 0:
             raise ValueError(
                 f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
@@ -102,12 +103,15 @@ class MultiHeadAttention(Attention):
         q = self.split_heads(self.query(x))  # (B, h, T, d_h)
         k = self.split_heads(self.key(x))  # (B, h, T, d_h)
         v = self.split_heads(self.value(x))  # (B, h, T, d_h)
-        heads, weights = self.attend(q, k, v, padding_mask)  # (B, h, T, d_h), (B, h, T, T)
+        # The fused kernel never forms the weights: asking for them takes the explicit path.
+        fused = self.fused and not return_weights
+        heads, weights = self.attend(q, k, v, padding_mask, fused=fused)  # (B, h, T, d_h), ...
         out = self.out(self.merge_heads(heads))  # (B, T, d)
         return (out, weights) if return_weights else out
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}"
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+                f"fused={self.fused}")
 
 
 def _divisors(n: int) -> list[int]:
