@@ -33,8 +33,10 @@ def running_stats(outdir: Path) -> Path:
         ax1.hlines(m.item(), 0 - 0.4, 4 * b - 0.6, color="black", lw=1.2,
                    ls=["-", "--", ":"][b - 1])
         ax1.annotate(f"m after block {b} = {m.item():.2f}", (4 * b - 0.6, m.item()),
-                     fontsize=8, va="bottom", ha="right")
+                     textcoords="offset points", xytext=(0, 3), fontsize=8, va="bottom",
+                     ha="right", bbox=dict(fc="white", ec="none", pad=0.5))
     ax1.axhline(0, color="grey", lw=0.6)
+    ax1.set_ylim(top=max(ms) + 1.2)  # room for the last label below the title
     ax1.set_ylabel("score $s_j$")
     ax1.legend(fontsize=8, loc="lower left")
     ax1.set_title("Online softmax: one pass over the blocks keeps only m and l")
