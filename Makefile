@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
-NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg
+NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout 300
 ASSETS := _assets/third_party/versions.json
 
 .PHONY: install assets book test lint unit nbval colab site browser notebooks figures clean
