@@ -17,6 +17,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from attnbook import Attention, attention_scores, scale_scores  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
+from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 BLOCKED, ALLOWED = "#4d4d4d", "#e8f0fa"
@@ -70,10 +71,7 @@ def buffer_figure(outdir: Path) -> Path:
     axes[0].text(2.0, 5.15, "mask[:5, :5]", color="tab:red", ha="center", va="top", fontsize=10)
     _draw_mask(axes[1], attn.mask[:5, :5], title="what a T = 5 forward uses")
     fig.tight_layout()
-    out = outdir / "causal_buffer.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "causal_buffer.png")
 
 
 def steps_figure(outdir: Path) -> Path:
@@ -93,10 +91,7 @@ def steps_figure(outdir: Path) -> Path:
     axes[2].set_xlabel("key j")
     axes[2].set_ylabel("query i")
     fig.tight_layout()
-    out = outdir / "causal_steps.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "causal_steps.png")
 
 
 def jacobian_figure(outdir: Path) -> Path:
@@ -119,10 +114,7 @@ def jacobian_figure(outdir: Path) -> Path:
     ax.set_xlabel("input token j")
     ax.set_ylabel("output token i")
     ax.set_title("‖∂y_i / ∂x_j‖: exactly 0 for j > i", fontsize=10)
-    out = outdir / "causal_jacobian.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "causal_jacobian.png")
 
 
 def main(outdir: Path) -> Path:

@@ -12,6 +12,7 @@ import torch  # noqa: E402
 
 from attnbook import Attention  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
+from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 
@@ -23,7 +24,4 @@ def main(outdir: Path) -> Path:
     _, w = attn(x, return_weights=True)  # (B, T, T)
     fig, ax = plt.subplots(figsize=(4.8, 4.2))
     plot_attention(w[0], TOKENS, ax=ax, title="Attention weights (untrained module)")
-    out = outdir / "glance_weights.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "glance_weights.png")

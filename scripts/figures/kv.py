@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from figures import save  # noqa: E402
+
 
 def main(outdir: Path) -> Path:
     T, t = 10, 7  # the step that produces token t's output
@@ -37,7 +39,4 @@ def main(outdir: Path) -> Path:
         if cached:
             ax.annotate("K, V cached for j < 7", (3, 8.4), ha="center", fontsize=8)
     fig.suptitle(f"The step that outputs token {t}: the work in blue", fontsize=10)
-    out = outdir / "kv_step_work.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "kv_step_work.png")

@@ -18,6 +18,7 @@ from attnbook.masks import (  # noqa: E402
     to_mha_attn_mask,
     to_sdpa_mask,
 )
+from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "<pad>"]
 
@@ -73,7 +74,4 @@ def main(outdir: Path) -> Path:
         ax.set_ylabel("query i", fontsize=8)
     fig.suptitle("One sequence, \"the cat sat <pad>\": dark = the query may not see the key",
                  fontsize=11)
-    out = outdir / "maskconv_masks.png"
-    fig.savefig(out, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "maskconv_masks.png", dpi=120)

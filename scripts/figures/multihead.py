@@ -13,6 +13,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 
 from attnbook.multihead import MultiHeadAttention  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
+from figures import save  # noqa: E402
 
 COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]
 TOKENS = ["a", "b", "x", "c"]
@@ -64,10 +65,7 @@ def draw_two_heads(outdir: Path) -> Path:
                  f"{[round(v, 2) for v in y[0, 3].tolist()]};  one head must average them, "
                  f"output {[round(v, 2) for v in y1.tolist()]}", fontsize=10, y=1.02)
     fig.tight_layout()
-    out = outdir / "mha_two_heads.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "mha_two_heads.png")
 
 
 def draw_split(outdir: Path) -> Path:
@@ -108,10 +106,7 @@ def draw_split(outdir: Path) -> Path:
                      fontsize=9)
     fig.suptitle(f"d = {d} split into h = {h} heads of width d_h = {d // h}; each head has its "
                  "own (T, T) weights", fontsize=11, y=0.9)
-    out = outdir / "mha_split.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "mha_split.png")
 
 
 def main(outdir: Path) -> Path:

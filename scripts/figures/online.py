@@ -12,6 +12,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from attnbook.online import online_softmax_stats  # noqa: E402
+from figures import save  # noqa: E402
 
 
 def running_stats(outdir: Path) -> Path:
@@ -49,10 +50,7 @@ def running_stats(outdir: Path) -> Path:
     ax2.set_xlabel("key j")
     ax2.set_xticks(range(12))
     ax2.set_ylim(0, max(ls) * 1.4)
-    out = outdir / "online_running_stats.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "online_running_stats.png")
 
 
 def tile_grid(outdir: Path) -> Path:
@@ -82,10 +80,7 @@ def tile_grid(outdir: Path) -> Path:
                matplotlib.patches.Patch(facecolor="white", edgecolor="black",
                                         label="skipped: all future")]
     ax.legend(handles=handles, fontsize=7, loc="upper right", bbox_to_anchor=(1.0, 1.0))
-    out = outdir / "online_tiles.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "online_tiles.png")
 
 
 def main(outdir: Path) -> Path:

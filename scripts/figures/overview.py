@@ -10,6 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import FancyBboxPatch  # noqa: E402
 
+from figures import save  # noqa: E402
+
 STEPS = [
     ("1  Project", r"$Q = XW_q,\ K = XW_k,\ V = XW_v$", "3 x (B, T, d)"),
     ("2  Score", r"$S = QK^\top$", "(B, T, T)"),
@@ -40,7 +42,4 @@ def main(outdir: Path) -> Path:
                     arrowprops=dict(arrowstyle="->", color="#4a6fa5"))
     ax.text(5, top - len(STEPS) - 0.65, "Y: one output per token  (B, T, d)", ha="center",
             va="center", fontsize=11, fontweight="bold")
-    out = outdir / "overview_six_steps.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "overview_six_steps.png")

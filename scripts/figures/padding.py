@@ -18,6 +18,7 @@ from matplotlib.colors import ListedColormap  # noqa: E402
 from attnbook import Attention, causal_mask  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
 from attnbook.seed import Attention as SeedAttention  # noqa: E402
+from figures import save  # noqa: E402
 
 WORDS = ["the", "cat", "sat"]
 T = 5
@@ -60,10 +61,7 @@ def blocked_figure(outdir: Path) -> Path:
     fig.legend(handles, ["may attend", "blocked: future (j > i)", "blocked: key is padding"],
                loc="lower center", ncol=3, frameon=False, fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
-    out = outdir / "pad_blocked.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "pad_blocked.png")
 
 
 def _draw_weights_with_nan(ax, w: torch.Tensor, tokens, title: str) -> None:
@@ -104,10 +102,7 @@ def nan_figure(outdir: Path) -> Path:
     _draw_weights_with_nan(axes[0], w_seed, tokens, "the seed: torch.softmax of a row of −∞")
     _draw_weights_with_nan(axes[1], w_ours[0], tokens, "attnbook: masked_softmax, empty row = 0")
     fig.tight_layout()
-    out = outdir / "pad_nan.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "pad_nan.png")
 
 
 def main(outdir: Path) -> Path:

@@ -13,6 +13,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from torch import nn  # noqa: E402
 
 from attnbook import Attention  # noqa: E402
+from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 
@@ -59,10 +60,7 @@ def qkv(outdir: Path) -> Path:
     fig.suptitle("Step 1 works on each token alone: both \"the\" rows (boxed) come out equal",
                  fontsize=10)
     fig.tight_layout()
-    out = outdir / "proj_qkv.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "proj_qkv.png")
 
 
 def linear_layout(outdir: Path) -> Path:
@@ -77,10 +75,7 @@ def linear_layout(outdir: Path) -> Path:
             rows=["in 0", "in 1", "in 2", "in 3"], cols=["out 0", "out 1", "out 2"], vmax=vmax)
     fig.suptitle(r"layer(x) = x @ weight.T = $xW$:   (1, 4) @ (4, 3) $\to$ (1, 3)", fontsize=10)
     fig.tight_layout()
-    out = outdir / "proj_linear_layout.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "proj_linear_layout.png")
 
 
 def main(outdir: Path) -> Path:

@@ -21,6 +21,7 @@ from attnbook.saturation import (  # noqa: E402
     variance_sweep,
 )
 from attnbook.softmax import stable_softmax  # noqa: E402
+from figures import save  # noqa: E402
 
 DS = [4, 8, 16, 32, 64, 128, 256, 512, 1024]
 KEYS = 16
@@ -61,11 +62,8 @@ def variance(outdir: Path) -> Path:
     right.set_ylabel("density")
     right.set_title("After scaling: the same spread at every d")
     right.legend(frameon=False, fontsize=8)
-    out = outdir / "scale_variance.png"
     fig.tight_layout()
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "scale_variance.png")
 
 
 def saturation(outdir: Path) -> Path:
@@ -89,11 +87,8 @@ def saturation(outdir: Path) -> Path:
         ax.set_title(label, fontsize=10)
     axes[0, 0].legend(frameon=False, fontsize=8)
     fig.suptitle(f"Median over 400 rows of {KEYS} keys; q, k with N(0, 1) entries", fontsize=10)
-    out = outdir / "scale_saturation.png"
     fig.tight_layout()
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "scale_saturation.png")
 
 
 def one_row(outdir: Path) -> Path:
@@ -111,11 +106,8 @@ def one_row(outdir: Path) -> Path:
                      f"entropy {entropy(w):.2f}", fontsize=9)
     axes[0].set_ylabel("weight")
     fig.suptitle(f"One query against {KEYS} keys at d = {d}", fontsize=10)
-    out = outdir / "scale_rows.png"
     fig.tight_layout()
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "scale_rows.png")
 
 
 def main(outdir: Path) -> Path:

@@ -19,6 +19,8 @@ from attnbook import attention_scores  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from projections import TOKENS, tiny_example  # noqa: E402
 
+from figures import save  # noqa: E402
+
 QUERY = 2  # "sat"
 
 
@@ -48,10 +50,7 @@ def heatmap(outdir: Path) -> Path:
     for spine in ("top", "right"):
         bx.spines[spine].set_visible(False)
     fig.tight_layout()
-    out = outdir / "scores_heatmap.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "scores_heatmap.png")
 
 
 def _seconds(T: int, d: int, repeats: int = 15) -> float:
@@ -110,9 +109,7 @@ def cost(outdir: Path) -> Path:
         axes[1].set_xticks(ds, [str(d) for d in ds])
         axes[2].set_xticks(Ts, [str(T) for T in Ts])
         fig.tight_layout()
-        out = outdir / "scores_cost.png"
-        fig.savefig(out, dpi=130, bbox_inches="tight")
-        plt.close(fig)
+        out = save(fig, outdir, "scores_cost.png")
     for T, t in zip(Ts, t_of_T):
         print(f"  T={T:5d} d=64: {1e3 * t:8.3f} ms")
     for d, t in zip(ds, t_of_d):

@@ -13,6 +13,7 @@ import torch  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from attnbook.softmax import stable_softmax, temperature_softmax  # noqa: E402
+from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 SCORES = [0.5, 2.0, 1.0, -1.0, 0.0, 1.6]  # one query's scaled scores over six keys
@@ -40,10 +41,7 @@ def temperature_figure(outdir: Path) -> Path:
     fig.suptitle("softmax(s / τ) of one row of scores: τ → 0 picks the argmax (orange), "
                  "τ → ∞ tends to uniform (dotted)", fontsize=10)
     fig.tight_layout()
-    out = outdir / "softmax_temperature.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "softmax_temperature.png")
 
 
 def status(p: torch.Tensor, exact: torch.Tensor) -> int:
@@ -79,10 +77,7 @@ def overflow_figure(outdir: Path) -> Path:
               bbox_to_anchor=(0.5, -0.22), ncol=3, frameon=False)
     ax.set_title("softmax of the same row shifted by c: the naive formula breaks, "
                  "the max trick never does", fontsize=10)
-    out = outdir / "softmax_overflow.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "softmax_overflow.png")
 
 
 def main(outdir: Path) -> Path:

@@ -17,6 +17,7 @@ from attnbook.model import TinyConfig, TinyModel  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
 from attnbook.tasks import get_task  # noqa: E402
 from attnbook.train import train  # noqa: E402
+from figures import save  # noqa: E402
 
 SMALL = {"d_model": 32, "n_heads": 2, "n_layers": 2, "mlp": False}  # the lab's configuration
 RUNS = [("copy", {}, {}), ("reverse", {}, {}), ("induction", {"length": 10, "n_symbols": 8}, {}),
@@ -56,9 +57,7 @@ def main(outdir: Path) -> Path:
     ax.set_ylabel("loss (mean of 10 steps)")
     ax.set_title("The small configuration (d = 32, 2 layers x 2 heads, 200 steps)")
     ax.legend(fontsize=8)
-    loss_path = outdir / "tiny_loss.png"
-    fig.savefig(loss_path, dpi=130, bbox_inches="tight")
-    plt.close(fig)
+    save(fig, outdir, "tiny_loss.png")
 
     task, model = next((t, m) for name, _, t, m, _ in results if name == "induction")
     x, _ = task.batch(8, seed=2_147_483_647)  # held-out stream
@@ -77,9 +76,7 @@ def main(outdir: Path) -> Path:
                  "Layer 1: each token looks at the token before it. Layer 2: the last token "
                  "looks at the token after the earlier A.", fontsize=10)
     fig.tight_layout()
-    maps_path = outdir / "tiny_induction_maps.png"
-    fig.savefig(maps_path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
+    maps_path = save(fig, outdir, "tiny_induction_maps.png", dpi=110)
     print({name + ("-nopos" if changes else ""): (round(h.accuracy, 4), round(h.seconds, 1))
            for name, changes, _, _, h in results})
     return maps_path

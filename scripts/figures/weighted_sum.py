@@ -15,6 +15,7 @@ from attnbook import Attention  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
 from attnbook.scores import attention_scores, scale_scores  # noqa: E402
 from attnbook.softmax import stable_softmax, temperature_softmax  # noqa: E402
+from figures import save  # noqa: E402
 
 TOKENS = ["cat", "sat", "on", "the", "mat"]
 VALUES = [[2.0, 0.2], [0.6, 1.8], [-1.2, 0.9], [0.9, 0.7], [-0.5, -1.3]]  # (T, 2); "the" inside
@@ -78,10 +79,7 @@ def hull_figure(outdir: Path) -> Path:
         ax2.annotate(text, point, textcoords="offset points", xytext=off, fontsize=8)
     ax2.set_title("One query as its temperature τ goes from 0.03 to 100", fontsize=10)
     fig.tight_layout()
-    out = outdir / "wsum_hull.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "wsum_hull.png")
 
 
 def _unmasked_weights(attn: Attention, x: torch.Tensor) -> torch.Tensor:
@@ -106,10 +104,7 @@ def equivariance_figure(outdir: Path) -> Path:
     for ax, (w, labels, title) in zip(axes.flat, panels):
         plot_attention(w, labels, ax=ax, title=title)
     fig.tight_layout()
-    out = outdir / "wsum_equivariance.png"
-    fig.savefig(out, dpi=130, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "wsum_equivariance.png")
 
 
 def main(outdir: Path) -> Path:

@@ -21,6 +21,7 @@ from attnbook import (  # noqa: E402
     scale_scores,
 )
 from attnbook.seed import Attention as Seed  # noqa: E402
+from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "<pad>"]
 FLOOR = 1e-17  # where a difference of exactly 0 is drawn
@@ -69,10 +70,7 @@ def trace(outdir: Path) -> Path:
             ax.set_xlabel("feature", fontsize=8)
     fig.suptitle("One forward pass of attnbook.Attention, sequence 0 of a batch of 2 "
                  "(its last token is padding)", fontsize=11)
-    out = outdir / "whole_trace.png"
-    fig.savefig(out, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "whole_trace.png", dpi=120)
 
 
 def max_differences(dtype: torch.dtype, T: int, d: int = 64, B: int = 2, seeds: int = 5):
@@ -131,10 +129,7 @@ def agreement(outdir: Path) -> Path:
     axes[0].set_ylabel("max |ours - reference|")
     axes[0].set_ylim(FLOOR / 3, 1e-3)
     axes[0].legend(fontsize=8, loc="lower right")
-    out = outdir / "whole_agreement.png"
-    fig.savefig(out, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return out
+    return save(fig, outdir, "whole_agreement.png", dpi=120)
 
 
 def main(outdir: Path) -> Path:
