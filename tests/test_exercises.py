@@ -37,3 +37,12 @@ def test_glance_checker_names_each_mistake():
     for phrase, answer in cases.items():
         fb = check_output_row(answer, w, v, x, 3)
         assert not fb.ok and phrase in fb.message, fb.message
+
+
+def test_check_number_is_exact_and_names_mistakes():
+    from attnbook.exercises import check_number
+
+    assert check_number(4096, 4096).ok
+    assert not check_number(4097, 4096).ok
+    fb = check_number(2048, 4096, {"the keys only": 2048})
+    assert not fb.ok and "the keys only" in fb.message

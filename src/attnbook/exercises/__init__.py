@@ -27,7 +27,8 @@ class Feedback:
         return self.ok
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+def same_values(a: torch.Tensor, b: torch.Tensor, atol: float, rtol: float) -> bool:
+    """True when ``a`` and ``b`` have one shape and ``allclose`` values (compared in float64)."""
     return a.shape == b.shape and torch.allclose(a.double(), b.double(), atol=atol, rtol=rtol)
 
 
@@ -53,10 +54,10 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
         kind = type(answer).__name__
         return Feedback(False, f"Not yet: {name} should be a tensor, got {kind} ({err})")
     expected = expected.detach().cpu()
-    if _close(answer, expected, atol, rtol):
+    if same_values(answer, expected, atol, rtol):
         return Feedback(True, f"Correct: {name} matches.")
     for mistake, wrong in (mistakes or {}).items():
-        if _close(answer, wrong.detach().cpu(), atol, rtol):
+        if same_values(answer, wrong.detach().cpu(), atol, rtol):
             return Feedback(False, f"Not yet: {name} looks like {mistake}.")
     if answer.shape != expected.shape:
         return Feedback(False, f"Not yet: {name} has shape {tuple(answer.shape)}, "
@@ -65,3 +66,20 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
         return Feedback(False, f"Not yet: {name} contains NaN or inf.")
     err = (answer.double() - expected.double()).abs().max().item()
     return Feedback(False, f"Not yet: {name} has the right shape but differs by up to {err:.3g}.")
+
+
+def check_number(answer, right: float, mistakes: Mapping[str, float] | None = None,
+                 name: str = "answer", rtol: float = 1e-9) -> Feedback:
+    """:func:`check_tensor` for a single number, such as a count of bytes or FLOPs.
+
+    Args:
+        answer: the learner's number.
+        right: the right number.
+        mistakes: a description of each typical mistake -> the number it produces.
+        name: what the answer is, for the messages.
+        rtol: relative tolerance (exact counts by default).
+    """
+    as_tensor = lambda v: torch.tensor(float(v))  # noqa: E731
+    return check_tensor(answer, as_tensor(right),
+                        {k: as_tensor(v) for k, v in (mistakes or {}).items()},
+                        name=name, atol=0.0, rtol=rtol)

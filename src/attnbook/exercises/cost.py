@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import torch
-
-from . import Feedback, check_tensor
+from . import Feedback, check_number
 
 
 def check_score_bytes(answer, B: int, T: int, bytes_per_number: int = 4) -> Feedback:
@@ -21,7 +19,7 @@ def check_score_bytes(answer, B: int, T: int, bytes_per_number: int = 4) -> Feed
         "only the lower triangle: the explicit module stores the whole square":
             B * T * (T + 1) // 2 * bytes_per_number,
     }
-    return _check_number(answer, right, mistakes, "the bytes")
+    return check_number(answer, right, mistakes, "the bytes")
 
 
 def check_score_flops(answer, B: int, T: int, d: int) -> Feedback:
@@ -38,11 +36,4 @@ def check_score_flops(answer, B: int, T: int, d: int) -> Feedback:
         "the causal half: the explicit module computes the whole square": B * T * T * d,
         "T·d, as if each query met one key": 2 * B * T * d,
     }
-    return _check_number(answer, right, mistakes, "the FLOPs")
-
-
-def _check_number(answer, right: int, mistakes: dict[str, int], name: str) -> Feedback:
-    """check_tensor for a count: exact up to a relative 1e-9."""
-    return check_tensor(answer, torch.tensor(float(right)),
-                        {k: torch.tensor(float(v)) for k, v in mistakes.items()},
-                        name=name, rtol=1e-9)
+    return check_number(answer, right, mistakes, "the FLOPs")

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import Feedback, _close, check_tensor
+from . import Feedback, check_tensor, same_values
 
 
 def check_scaled_scores(answer, q: torch.Tensor, k: torch.Tensor) -> Feedback:
@@ -55,7 +55,7 @@ def check_dot_variance(answer, q: torch.Tensor, k: torch.Tensor) -> Feedback:
     if answer is not None and answer is not Ellipsis:
         try:
             population = torch.as_tensor(answer).detach().cpu()
-            if _close(population, dots.var(correction=0), atol=1e-4, rtol=1e-4):
+            if same_values(population, dots.var(correction=0), atol=1e-4, rtol=1e-4):
                 return Feedback(True, "Correct: your variance matches (you divided by n, not "
                                       "n - 1; with this many pairs the difference is tiny).")
         except (TypeError, ValueError, RuntimeError):
