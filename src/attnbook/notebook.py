@@ -47,3 +47,33 @@ def setup(seed: int = 0) -> torch.device:
     except ImportError:  # matplotlib is optional for the library itself
         pass
     return pick_device()
+
+
+GLUE_PREFIX = "application/papermill.record/"
+
+
+def glue(key: str, value, fmt: str | None = None) -> str:
+    """Store a number or short text for a chapter page to paste (myst-nb's glue, not displayed).
+
+    The lab formats the value here, so the page pastes exactly the digits the lab printed:
+    ``{glue:text}`../notebooks/03_scaling.ipynb::key``` in the chapter. nbval compares the
+    stored text, so a changed result fails CI instead of silently disagreeing with the prose.
+
+    Args:
+        key: a name unique within the lab, e.g. ``"scale_var_d1024"``.
+        value: the value to store (a number, a tensor with one element, or a string).
+        fmt: a format spec such as ``".2f"``, ``".1e"`` or ``".0%"``; None stores ``str(value)``.
+
+    Returns:
+        The stored text.
+    """
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 1)() == 1:
+        value = value.item()
+    text = str(value) if fmt is None else format(value, fmt)
+    try:  # the same output as myst_nb.glue(key, text, display=False), without needing myst-nb
+        from IPython.display import display
+    except ImportError:  # plain Python: nothing to store
+        return text
+    display({GLUE_PREFIX + "text/plain": repr(text)}, raw=True,
+            metadata={"scrapbook": {"name": key, "mime_prefix": GLUE_PREFIX}})
+    return text
