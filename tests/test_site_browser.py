@@ -207,6 +207,24 @@ def test_toc_pages_are_built():
     assert not missing, f"toc pages missing from the build: {missing}"
 
 
+@pytest.mark.browser
+def test_labs_carry_their_own_number():
+    """A lab reads "Lab 3 — ..." in its heading, its <title> and the sidebar, not "3.1. Lab 3"."""
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site at {SITE}")
+    labs = [p for p in PAGES if p.startswith("notebooks/")]
+    assert labs
+    for page in labs:
+        html = (SITE / (page + ".html")).read_text(encoding="utf-8")
+        title = re.search(r"<title>(.*?)</title>", html, re.S).group(1)
+        h1 = re.search(r"<h1[^>]*>(.*?)</h1>", html, re.S).group(1)
+        assert re.match(r"Lab \d+ — ", title), (page, title)
+        assert "section-number" not in h1 and re.match(r"Lab \d+ — ", h1), (page, h1)
+        name = page.split("/")[-1]
+        for link in re.findall(rf'href="{re.escape(name)}\.html">([^<]*)<', html):
+            assert link.startswith("Lab "), (page, link)
+
+
 # JavaScript run in the page once it has loaded.
 _SETTLE = """async () => {
   // Images: load lazy ones too, then wait for every image to finish.
