@@ -78,9 +78,10 @@ def test_temperature_checker():
     cases = {
         "multiplied the scores": torch.softmax(s * tau, -1),
         "divided the probabilities": p / tau,
-        "temperature 1": p,
+        "forgot to divide the scores by τ": p,
+        "forgot to divide the scores by τ ": torch.softmax(s.double() - tau, -1),  # shifted
         "without renormalising": p ** (1 / tau),
     }
     for phrase, answer in cases.items():
         fb = check_temperature(answer, s, tau)
-        assert not fb.ok and phrase in fb.message, (phrase, fb.message)
+        assert not fb.ok and phrase.strip() in fb.message, (phrase, fb.message)

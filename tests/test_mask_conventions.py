@@ -68,8 +68,10 @@ def test_sdpa_bool_mask_and_is_causal():
     by_flag = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     torch.testing.assert_close(by_mask, by_flag, **TOL)
     torch.testing.assert_close(by_mask, ours(q, k, v, causal_mask(T)), **TOL)
-    with pytest.raises(RuntimeError, match="is_causal"):  # one or the other, never both
+    with pytest.raises(RuntimeError, match="is_causal"):  # 3-D input, the math kernel: not both
         F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, is_causal=True)
+    # (4-D float input on the CPU flash kernel accepts both and applies both masks:
+    # tests/test_claims_ch08.py, test_is_causal_with_attn_mask_on_the_cpu_flash_kernel_applies_both)
 
 
 def test_passing_our_blocked_mask_to_sdpa_is_wrong():
@@ -114,6 +116,26 @@ def test_additive_mask_in_sdpa():
     additive = to_additive_mask(blocked, dtype=q.dtype)  # 0 = keep, -inf = blocked
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=additive)
     torch.testing.assert_close(ours(q, k, v, blocked)[pad], ref[pad], **TOL)
+
+
+@pytest.mark.parametrize("api", ["sdpa", "mha"])
+def test_float_mask_is_added_to_the_scores(api):
+    """Any float attn_mask is a bias added to the scaled scores, not only 0 and -inf."""
+    q, k, v = qkv()
+    bias = torch.randn(T, T, dtype=torch.float64)
+    by_hand = torch.softmax(q @ k.transpose(-2, -1) / d**0.5 + bias, dim=-1) @ v
+    if api == "sdpa":
+        got = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    else:
+        m = Attention(d, T).double()
+        x = torch.randn(B, T, d, dtype=torch.float64)
+        key_bias = torch.randn(B, T, dtype=torch.float64)  # a float key_padding_mask: added too
+        got, _ = mha_copy_of(m)(x, x, x, attn_mask=bias, key_padding_mask=key_bias,
+                                need_weights=False)
+        q, k, v = m.query(x), m.key(x), m.value(x)
+        scores = q @ k.transpose(-2, -1) / d**0.5 + bias + key_bias[:, None, :]
+        by_hand = torch.softmax(scores, dim=-1) @ v
+    torch.testing.assert_close(got, by_hand, **TOL)
 
 
 def test_is_causal_is_aligned_top_left():
@@ -178,10 +200,34 @@ def test_mha_per_sequence_mask_with_repeat_is_wrong():
 
 
 def test_mha_is_causal_is_only_a_hint():
-    mha = mha_copy_of(Attention(d, T).double())
+    m = Attention(d, T).double()
+    mha = mha_copy_of(m)
     x = torch.randn(B, T, d, dtype=torch.float64)
     with pytest.raises(RuntimeError, match="attn_mask"):
         mha(x, x, x, is_causal=True)
+    # MHA trusts the hint: given a mask that is *not* causal, the SDPA path (need_weights=False)
+    # drops the mask and applies the causal one, while need_weights=True uses the mask as given.
+    nothing = torch.zeros(T, T, dtype=torch.bool)  # blocks nothing
+    causal, _ = mha(x, x, x, attn_mask=m.mask, need_weights=False)
+    as_given, _ = mha(x, x, x, attn_mask=nothing, need_weights=False)
+    hinted, _ = mha(x, x, x, attn_mask=nothing, is_causal=True, need_weights=False)
+    torch.testing.assert_close(hinted, causal, **TOL)
+    hinted, _ = mha(x, x, x, attn_mask=nothing, is_causal=True, need_weights=True)
+    torch.testing.assert_close(hinted, as_given, **TOL)
+    # ... and so is it with a key_padding_mask, which MHA merges into the mask first.
+    keep_all = torch.zeros(B, T, dtype=torch.bool)  # True = ignore: ignores nothing
+    hinted, _ = mha(x, x, x, attn_mask=nothing, key_padding_mask=keep_all, is_causal=True,
+                    need_weights=False)
+    torch.testing.assert_close(hinted, as_given, **TOL)
+
+
+def test_mha_mismatched_mask_types_warn():
+    m = Attention(d, T).double()
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    pad = random_padding(B, T, "right")
+    with pytest.warns(UserWarning, match="mismatched key_padding_mask and attn_mask"):
+        mha_copy_of(m)(x, x, x, attn_mask=to_additive_mask(m.mask, dtype=x.dtype),
+                       key_padding_mask=to_key_padding_mask(pad), need_weights=False)
 
 
 def test_mha_float_masks_must_match_in_type():
@@ -212,6 +258,36 @@ def test_large_negative_fill_is_not_a_mask():
     torch.testing.assert_close(out, v.mean(dim=1, keepdim=True).expand_as(v))
     with pytest.raises(ValueError):
         from_additive_mask(nothing_visible)
+
+
+def test_empty_row_in_each_api():
+    """A query that sees no key (left padding): zeros or NaN, by code path (CPU)."""
+    m = Attention(d, T).double()
+    x = torch.randn(1, T, d, dtype=torch.float64)
+    pad = torch.tensor([[False, False] + [True] * (T - 2)])  # queries 0 and 1 see no real key
+    empty = torch.tensor([[True, True] + [False] * (T - 2)])
+    blocked = blocked_positions(m.mask, pad)  # (1, T, T)
+    q, k, v = m.query(x), m.key(x), m.value(x)
+    sdpa = F.scaled_dot_product_attention
+    outputs = {
+        "attnbook": m(x, pad),
+        "SDPA, math kernel (3-D)": sdpa(q, k, v, attn_mask=to_sdpa_mask(blocked)),
+        "SDPA, CPU flash kernel (4-D)": sdpa(q[:, None], k[:, None], v[:, None],
+                                             attn_mask=to_sdpa_mask(blocked)[:, None])[:, 0],
+        "SDPA, float mask": sdpa(q, k, v, attn_mask=to_additive_mask(blocked, dtype=q.dtype)),
+        "MHA, need_weights=False": mha_copy_of(m)(
+            x, x, x, attn_mask=m.mask, key_padding_mask=to_key_padding_mask(pad),
+            need_weights=False)[0],
+    }
+    for name, out in outputs.items():
+        assert (out[empty] == 0).all(), name
+    mha_out, mha_weights = mha_copy_of(m)(x, x, x, attn_mask=m.mask,
+                                          key_padding_mask=to_key_padding_mask(pad),
+                                          need_weights=True)
+    assert mha_out[empty].isnan().all() and mha_weights[empty].isnan().all()
+    assert torch.isfinite(mha_out[~empty]).all()
+    scores = torch.zeros(T, T).masked_fill(blocked[0], float("-inf"))
+    assert torch.softmax(scores, dim=-1)[empty[0]].isnan().all()  # torch.softmax: 0/0
 
 
 def test_transformer_square_subsequent_mask_is_our_causal_mask():

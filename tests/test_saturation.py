@@ -13,9 +13,11 @@ from attnbook.saturation import (
     divisor,
     dot_products,
     entropy,
+    gradient_sweep,
     jacobian_norm,
     logit_spread,
     max_weight,
+    query_gradient,
     saturation,
     saturation_sweep,
     score_rows,
@@ -139,15 +141,33 @@ def test_attend_scales_by_the_width_of_q_and_k():
     assert not torch.allclose(w, torch.softmax(wrong, dim=-1))
 
 
-def test_the_chapter_tables_are_what_the_library_measures():
-    # Chapter 3 quotes measured numbers; recompute them so the text cannot drift from the code.
-    from pathlib import Path
+def test_query_gradient_is_the_chain_rule_with_the_factor_one_over_tau():
+    # dL/dq = (1/tau) K^T J V g^T: the softmax Jacobian J and the factor 1/tau both count.
+    d, keys, rows = 8, 5, 3
+    for scale in SCALES:
+        g = torch.Generator().manual_seed(9)
+        q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)
+        k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)
+        v = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)
+        up = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)
+        tau = divisor(d, scale)
+        p = stable_softmax((q @ k.transpose(-2, -1) / tau)[:, 0])  # (rows, keys)
+        by_hand = (k.transpose(-2, -1) @ softmax_jacobian(p) @ (v @ up.transpose(-2, -1))) / tau
+        expected = by_hand.squeeze(-1).norm(dim=-1)  # (rows,)
+        assert torch.allclose(query_gradient(d, rows, keys, scale, seed=9), expected)
+    # The same queries and keys as score_rows with the same seed.
+    assert query_gradient(d, rows, keys, seed=2).shape == (rows,)
 
-    page = (Path(__file__).resolve().parents[1] / "book" / "03_scaling.md").read_text("utf-8")
-    for r in variance_sweep([4, 8, 16, 32, 64, 128, 256, 512, 1024], n=4000, seed=0):
-        assert f"| {r['d']} | {r['var']:.1f} | {r['var_over_d']:.3f} |" in page, r
-    for r in saturation_sweep([4, 64, 1024], rows=400, keys=16, seed=0):
-        if r["d"] < 1024 and r["scale"] == "d":
-            continue  # the chapter's table shows the "d" rule at d = 1024 only
-        cells = f"| {r['spread']:.2f} | {r['max_weight']:.3f} | {r['entropy']:.3f} |"
-        assert cells in page, r
+
+def test_raw_scores_give_larger_gradients_at_small_widths_and_vanishing_ones_at_large():
+    # The chapter's claim, in both directions: at d = 16 the raw gradient is larger (factor
+    # 1/tau = 1 against 1/4, and J is not yet small); at d = 1024 saturation wins by far.
+    rows = gradient_sweep([16, 1024], rows=200)
+    by = {(r["d"], r["scale"]): r for r in rows}
+    assert by[16, "none"]["grad"] > by[16, "sqrt(d)"]["grad"]
+    assert by[1024, "none"]["grad"] < 0.01 * by[1024, "sqrt(d)"]["grad"]
+    # With sqrt(d), one entry of the gradient has the same typical size at every width.
+    assert by[1024, "sqrt(d)"]["grad_per_entry"] == pytest.approx(
+        by[16, "sqrt(d)"]["grad_per_entry"], rel=0.25)
+    for r in rows:
+        assert r["grad_per_entry"] == pytest.approx(r["grad"] / math.sqrt(r["d"]))

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
+from unittest import mock
+
 import pytest
 import torch
 from conftest import random_padding
 
-from attnbook import Attention, blocked_positions, to_additive_mask
+from attnbook import Attention
 
 
 def unmasked(m: Attention) -> Attention:
@@ -39,11 +42,20 @@ def test_causal_mask_breaks_equivariance():
 
 
 def test_module_is_the_one_line_formula():
-    """Y = softmax(Q K^T / sqrt(d) + M) V with M the additive mask (0 / -inf)."""
-    m = Attention(5, 7).double()
-    x = torch.randn(3, 7, 5, dtype=torch.float64)
-    pad = random_padding(3, 7, "right")
-    Q, K, V = m.query(x), m.key(x), m.value(x)
-    M = to_additive_mask(blocked_positions(m.mask, pad), dtype=x.dtype)  # (B, T, T)
-    Y = torch.softmax(Q @ K.transpose(-2, -1) / 5**0.5 + M, dim=-1) @ V
+    """Y = softmax(Q K^T / sqrt(d) + M) V by hand in float64: no attnbook step, no SDPA, no MHA.
+
+    SDPA and nn.MultiheadAttention(need_weights=False) share a kernel, so agreeing with both is
+    one check, not two; this formula shares no code with either (the spy proves SDPA is unused).
+    """
+    B, T, d = 3, 7, 5
+    m = Attention(d, T).double()
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    pad = random_padding(B, T, "right")  # (B, T), True = real
+    with mock.patch("torch.nn.functional.scaled_dot_product_attention") as sdpa:
+        Q, K, V = x @ m.query.weight.T, x @ m.key.weight.T, x @ m.value.weight.T  # (B, T, d)
+        future = torch.arange(T)[None, :] > torch.arange(T)[:, None]  # (T, T): j > i
+        M = torch.zeros(B, T, T, dtype=torch.float64)  # additive: 0 = keep, -inf = blocked
+        M = M.masked_fill(future | ~pad[:, None, :], -math.inf)
+        Y = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d) + M, dim=-1) @ V
+    assert sdpa.call_count == 0
     torch.testing.assert_close(m(x, pad)[pad], Y[pad], rtol=1e-12, atol=1e-12)

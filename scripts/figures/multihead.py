@@ -20,7 +20,7 @@ TOKENS = ["a", "b", "x", "c"]
 
 
 def two_heads_example(sharpness: float = 8.0) -> MultiHeadAttention:
-    """d = 4, two heads of width 2; token c's head 1 looks for a, its head 2 looks for b.
+    """d = 4, two heads of width 2; token c's head 0 looks for a, its head 1 looks for b.
 
     Tokens are one-hot vectors (a, b, x, c). Both heads' values say which token was read:
     value slice (is_a, is_b).
@@ -29,9 +29,9 @@ def two_heads_example(sharpness: float = 8.0) -> MultiHeadAttention:
     Wq = torch.zeros(4, 4, dtype=torch.float64)  # math convention: Q = X Wq, rows = inputs
     Wk = torch.zeros(4, 4, dtype=torch.float64)
     Wv = torch.zeros(4, 4, dtype=torch.float64)
-    Wq[3, 0] = Wq[3, 2] = sharpness  # c asks head 1 (column 0) and head 2 (column 2)
-    Wk[0, 0] = 1.0  # a answers head 1
-    Wk[1, 2] = 1.0  # b answers head 2
+    Wq[3, 0] = Wq[3, 2] = sharpness  # c asks head 0 (column 0) and head 1 (column 2)
+    Wk[0, 0] = 1.0  # a answers head 0
+    Wk[1, 2] = 1.0  # b answers head 1
     Wv[0, 0] = Wv[0, 2] = 1.0  # value features 0, 2: "is a"
     Wv[1, 1] = Wv[1, 3] = 1.0  # value features 1, 3: "is b"
     with torch.no_grad():  # nn.Linear stores the transpose
@@ -56,7 +56,7 @@ def draw_two_heads(outdir: Path) -> Path:
     y, w = m(x, return_weights=True)  # (1, T, d), (1, 2, T, T)
     w1 = one_head_weights(m, x)
     fig, axes = plt.subplots(1, 3, figsize=(11.5, 3.9))
-    panels = [(w[0, 0], "head 1 (features 0-1)"), (w[0, 1], "head 2 (features 2-3)"),
+    panels = [(w[0, 0], "head 0 (features 0-1)"), (w[0, 1], "head 1 (features 2-3)"),
               (w1, "one head of width 4, same weights")]
     for ax, (weights, title) in zip(axes, panels):
         plot_attention(weights, TOKENS, ax=ax, title=title)
@@ -85,7 +85,7 @@ def draw_split(outdir: Path) -> Path:
         for i in range(h):
             ax.add_patch(Rectangle((i * d // h, 0), d // h, T, fc=COLOURS[i], ec="white",
                                    alpha=0.85))
-            ax.text(i * d // h + d / h / 2, T / 2, f"head {i + 1}", rotation=90, ha="center",
+            ax.text(i * d // h + d / h / 2, T / 2, f"head {i}", rotation=90, ha="center",
                     va="center", color="white", fontsize=9)
         ax.set_xlim(0, d)
         ax.set_ylim(T, 0)
@@ -101,8 +101,7 @@ def draw_split(outdir: Path) -> Path:
         for spine in ax.spines.values():
             spine.set_edgecolor(COLOURS[i])
             spine.set_linewidth(3)
-        n = i + 1
-        ax.set_title(f"head {n}: softmax(\n" + rf"$Q_{n} K_{n}^\top / \sqrt{{d_h}}$)",
+        ax.set_title(f"head {i}: softmax(\n" + rf"$Q^{{({i})}} K^{{({i})\top}} / \sqrt{{d_h}}$)",
                      fontsize=9)
     fig.suptitle(f"d = {d} split into h = {h} heads of width d_h = {d // h}; each head has its "
                  "own (T, T) weights", fontsize=11, y=0.9)

@@ -14,11 +14,11 @@ from figures import save  # noqa: E402
 
 STEPS = [
     ("1  Project", r"$Q = XW_q,\ K = XW_k,\ V = XW_v$", "3 x (B, T, d)"),
-    ("2  Score", r"$S = QK^\top$", "(B, T, T)"),
-    ("3  Scale", r"$S \;/\; \sqrt{d}$", "(B, T, T)"),
-    ("4  Mask", r"$s_{ij} = -\infty$ if $j > i$ or key $j$ is padding", "(B, T, T)"),
+    ("2  Score", r"raw scores $QK^\top$", "(B, T, T)"),
+    ("3  Scale", r"$S = QK^\top / \sqrt{d}$", "(B, T, T)"),
+    ("4  Mask", r"$s_{ij} = -\infty$ if $j > i$ or $j$ is padding", "(B, T, T)"),
     ("5  Softmax", r"$A = \mathrm{softmax}(S)$, row by row", "(B, T, T)"),
-    ("6  Sum", r"$Y = AV$", "(B, T, d)"),
+    ("6  Weighted sum", r"$Y = AV$", "(B, T, d)"),
 ]
 
 
@@ -36,7 +36,7 @@ def main(outdir: Path) -> Path:
         ax.add_patch(FancyBboxPatch((0.4, y - 0.33), 9.2, 0.66, boxstyle="round,pad=0.05",
                                     fc=colour, ec="#4a6fa5", lw=1.2))
         ax.text(0.7, y, name, va="center", fontsize=11, fontweight="bold")
-        ax.text(2.9, y, formula, va="center", fontsize=11)
+        ax.text(3.9, y, formula, va="center", fontsize=10.5)
         ax.text(9.4, y, shape, va="center", ha="right", fontsize=9, color="#444")
         ax.annotate("", xy=(5, y + 0.4), xytext=(5, y + 0.62),
                     arrowprops=dict(arrowstyle="->", color="#4a6fa5"))

@@ -19,13 +19,13 @@ TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 
 
 def tiny_example(d: int = 4):
-    """The labs' tiny example: a toy embedding table, then an untrained module (seed 0)."""
+    """Lab 1's example, draw for draw: a toy embedding table, then an untrained module (seed 0)."""
     torch.manual_seed(0)
     vocab = sorted(set(TOKENS))
-    embedding = torch.randn(len(vocab), d)  # (vocab, d)
+    embedding = torch.randn(len(vocab), d).double()  # (vocab, d), float64 as in the lab
     ids = torch.tensor([vocab.index(t) for t in TOKENS])
     x = embedding[ids].unsqueeze(0)  # (B, T, d) = (1, 6, d)
-    attn = Attention(d_model=d, context_length=8)
+    attn = Attention(d_model=d, context_length=8).double()
     return x, attn
 
 

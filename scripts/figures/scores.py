@@ -1,4 +1,4 @@
-"""Chapter 2 figures: the tiny example's scores with one query's row, and their measured cost."""
+"""Chapter 2 figures: the tiny example's raw scores and one query's row, and their measured cost."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def heatmap(outdir: Path) -> Path:
     ax.set_yticks(range(len(TOKENS)), TOKENS)
     ax.set_xlabel("key j")
     ax.set_ylabel("query i")
-    ax.set_title(r"$S = QK^\top$  (T, T)", fontsize=10)
+    ax.set_title(r"raw scores $QK^\top$  (T, T)", fontsize=10)
     row = s[QUERY]
     bx.bar(range(len(TOKENS)), row, color=["#c0392b" if v > 0 else "#2e6fad" for v in row])
     bx.axhline(0, color="#444", lw=0.8)
@@ -96,7 +96,7 @@ def cost(outdir: Path) -> Path:
         ax.loglog(Ts, mib, "o-", color="tab:purple", label=r"$4T^2$ bytes")
         ax.set_xlabel("T (tokens)")
         ax.set_ylabel("MiB")
-        ax.set_title("memory of S (float32), any d")
+        ax.set_title(r"memory of $QK^\top$ (float32), any d")
         for ax in axes:
             ax.legend(frameon=False)
             ax.set_xticks([], minor=True)

@@ -5,6 +5,7 @@ d model width (``d_model``), h heads, d_h head width.
 """
 
 from .attention import Attention
+from .first_head import FirstHead, train_first_head
 from .fused import fused_attention
 from .kv_cache import KVCache, cached_attention, generate
 from .masks import (
@@ -22,6 +23,7 @@ from .masks import (
 from .model import TinyConfig, TinyModel
 from .multihead import MultiHeadAttention
 from .online import online_softmax, tiled_attention
+from .ring import ring_attention
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax, softmax_jacobian, stable_softmax, temperature_softmax
 from .tasks import IGNORE, get_task
@@ -33,11 +35,13 @@ __version__ = "0.1.0"
 __all__ = [
     "IGNORE",
     "Attention",
+    "FirstHead",
     "KVCache",
     "cached_attention",
     "fused_attention",
     "generate",
     "online_softmax",
+    "ring_attention",
     "tiled_attention",
     "MultiHeadAttention",
     "TinyConfig",
@@ -52,6 +56,7 @@ __all__ = [
     "to_mha_attn_mask",
     "to_sdpa_key_mask",
     "train",
+    "train_first_head",
     "attention_scores",
     "blocked_positions",
     "causal_mask",

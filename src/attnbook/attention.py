@@ -82,6 +82,9 @@ class Attention(nn.Module):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from every token to the real tokens at or before it.
 
+        Runs the input checks (before step 1, not a step), step 1 (project) and then
+        :meth:`attend` (steps 2 to 6).
+
         Args:
             x: token vectors.
             padding_mask: True for real tokens, False for padding; None if all are real.
@@ -115,7 +118,7 @@ class Attention(nn.Module):
         *,
         fused: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Steps 2 to 6: scores, scale, mask, softmax, weighted sum.
+        """Steps 2 to 6: score, scale, mask, softmax, weighted sum.
 
         Works for one head, (B, T, d), and for many, (B, h, T, d_h): the scale uses the width
         of q and k, which is d_h per head, not d_model.

@@ -1,4 +1,7 @@
-"""Input checks that turn shape and dtype mistakes into errors a reader can act on."""
+"""Input checks that turn shape and dtype mistakes into errors a reader can act on.
+
+``Attention.forward`` runs them before step 1; they are not one of the six steps.
+"""
 
 from __future__ import annotations
 

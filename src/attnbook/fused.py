@@ -7,10 +7,13 @@ module:
 
 * the CPU flash kernel takes only 4-D input ``(B, h, T, d)``; 3-D input falls back to the
   "math" kernel, which builds the whole matrix. One head is therefore passed as ``h = 1``;
-* ``is_causal=True`` cannot be combined with ``attn_mask``: with padding, the causal and the
-  padding masks are merged into one bool mask (SDPA's convention: True = may attend);
-* a query that sees no real key must output zeros, as in the explicit module. Recent PyTorch
-  versions do that; others return NaN. We do not rely on either (see below).
+* ``is_causal=True`` together with ``attn_mask`` raises on the math kernel (3-D input) and is
+  accepted by the CPU flash kernel (4-D input), which applies both. We never pass both: with
+  padding, the causal and the padding masks are merged into one bool mask (SDPA's convention:
+  True = may attend), at the cost of a (B, 1, T, T) mask and of the masked tiles;
+* a query that sees no real key must output zeros, as in the explicit module. PyTorch 2.13's
+  CPU kernels return zeros there; other versions and kernels have returned NaN. We do not rely
+  on either (see below).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def fused_attention(
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d_h)
     else:
         T = q.size(-2)
-        allowed = sdpa_mask(padding_mask, T)  # (B, 1, T, T): is_causal can't take a mask too
+        allowed = sdpa_mask(padding_mask, T)  # (B, 1, T, T): one mask, never is_causal as well
         empty = empty_rows(padding_mask)  # (B, T)
         if empty.any():
             # Let empty rows see every key so no kernel meets an all-blocked row, then zero

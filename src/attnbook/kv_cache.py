@@ -3,7 +3,7 @@
 When a model generates text it runs attention again after every new token. Token ``t``'s key
 and value never change once computed (causality: later tokens cannot affect them), so they are
 kept in a cache. A step then projects only the new tokens and attends from their queries to the
-cached keys and values: O(t·d) work for step t instead of O(t²·d + t·d²) for recomputing
+cached keys and values: O(d² + t·d) work for step t instead of O(t·d² + t²·d) for recomputing
 the whole sequence, with the same result (Pope et al., 2023).
 """
 
@@ -135,8 +135,8 @@ def generate(
         prompt: the first tokens.
         steps: how many tokens to generate.
         next_input: output of the last token -> the next token's vector.
-        use_cache: attend over a KV cache (O(t·d) per step) or recompute the whole sequence
-            with ``attn`` every step (O(t²·d) per step), the slow way it replaces.
+        use_cache: attend over a KV cache (O(d² + t·d) per step) or recompute the whole
+            sequence with ``attn`` every step (O(t·d² + t²·d) per step), the slow way it replaces.
 
     Returns:
         The outputs of the generated tokens.

@@ -221,3 +221,67 @@ def variance_sweep(ds, n: int = 4000, seed: int = 0) -> list[dict[str, float]]:
         var = s.var().item()
         out.append({"d": d, "var": var, "var_over_d": var / d})
     return out
+
+
+def query_gradient(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
+                   seed: int | torch.Generator = 0) -> torch.Tensor:
+    """The length of the gradient that reaches each query, ‖∂L/∂q‖, measured with autograd.
+
+    Each row is one query q against its own ``keys`` keys K and values V (entries N(0, 1), the
+    same draws as :func:`score_rows` for q and K), with output y = softmax(q Kᵀ / τ) V and
+    loss L = g · y for a random upstream gradient g (N(0, 1) entries). The chain rule gives
+    ∂L/∂q = (1/τ) Kᵀ J V gᵀ: the softmax Jacobian J shrinks when the row saturates, while the
+    factor 1/τ is largest for raw scores (τ = 1). This measures the product of both.
+
+    Args:
+        d: width of q, k and v.
+        rows: how many queries (rows) to draw.
+        keys: keys per query.
+        scale: what the dot products are divided by, τ (see :func:`divisor`).
+        seed: a seed or a CPU ``torch.Generator``.
+
+    Returns:
+        ‖∂L/∂q‖ for every row, float64.
+
+    Shape:
+        -> (rows,)
+    """
+    g = _generator(seed)
+    q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
+    k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    v = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    upstream = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
+    q.requires_grad_(True)
+    weights = stable_softmax(q @ k.transpose(-2, -1) / divisor(d, scale), dim=-1)  # (rows, 1, keys)
+    y = weights @ v  # (rows, 1, d)
+    # Rows do not interact, so one backward pass gives every row's own gradient.
+    (grad,) = torch.autograd.grad((y * upstream).sum(), q)  # (rows, 1, d)
+    return grad.norm(dim=-1).squeeze(-1)  # (rows,)
+
+
+def gradient_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
+                   seed: int = 0) -> list[dict]:
+    """Median ‖∂L/∂q‖ (see :func:`query_gradient`) for each width in ``ds`` and rule in ``scales``.
+
+    For a given width every rule sees the same queries, keys, values and upstream gradients,
+    and the same queries and keys as :func:`saturation_sweep` with the same seed.
+
+    Args:
+        ds: the widths d to try.
+        scales: the rules to compare (see :func:`divisor`).
+        rows: rows per width (the sample the median is taken over).
+        keys: keys per row.
+        seed: one seed for the whole sweep; each width gets its own generator from it.
+
+    Returns:
+        One dict per (width, rule): ``d``, ``scale``, ``grad`` (the median of ‖∂L/∂q‖ over the
+        rows) and ``grad_per_entry`` (the same divided by √d: the typical size of one entry).
+    """
+    out = []
+    for d in ds:
+        for scale in scales:
+            norms = query_gradient(d, rows, keys, scale, seed=seed * 100_003 + d)  # (rows,)
+            grad = norms.median().item()
+            out.append({"d": d, "scale": scale, "grad": grad,
+                        "grad_per_entry": grad / math.sqrt(d)})
+    return out

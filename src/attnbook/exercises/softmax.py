@@ -95,8 +95,9 @@ def check_temperature(answer, scores: torch.Tensor, temperature: float) -> Feedb
             stable_softmax(s * tau, dim=-1),
         "you divided the probabilities by the temperature, not the scores: the result "
         "no longer sums to one": p / tau,
-        "the softmax at temperature 1: subtracting or adding the temperature changes "
-        "nothing (shift invariance); divide the scores by it": p,
+        "the plain softmax, at temperature 1: you forgot to divide the scores by τ before "
+        "the softmax (adding or subtracting τ instead would give this too, by shift "
+        "invariance)": p,
         "p ** (1 / τ) without renormalising; divide by its sum and you have the answer":
             p ** (1 / tau),
     }

@@ -1,0 +1,171 @@
+"""Chapter 8's claims about PyTorch, pinned: each fails if the sentence it backs stops being true.
+
+book/08_whole_module.md names these tests where it makes the claims. They run on the CPU, the
+machine CI uses; where the behaviour depends on SDPA's kernel, the test names the kernel.
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import random_padding
+from torch import nn
+from torch.autograd import gradcheck
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from attnbook import Attention, to_key_padding_mask
+
+B, T, d = 2, 6, 4
+TOL = {"rtol": 1e-10, "atol": 1e-10}
+
+
+class RecordOps(TorchDispatchMode):
+    """Record the name and arguments of every ATen operator that runs inside the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls.append((str(func), args))
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.calls]
+
+
+def mha_copy_of(m: Attention) -> nn.MultiheadAttention:
+    """A one-head nn.MultiheadAttention computing what ``m`` computes."""
+    mha = nn.MultiheadAttention(m.d_model, 1, bias=False, batch_first=True)
+    mha = mha.to(m.query.weight.dtype)
+    with torch.no_grad():
+        mha.in_proj_weight.copy_(torch.cat([m.query.weight, m.key.weight, m.value.weight]))
+        mha.out_proj.weight.copy_(torch.eye(m.d_model))
+    return mha
+
+
+def qkv4(dtype=torch.float64):
+    """Random (B, 1, T, d) queries, keys and values: 4-D, as the CPU flash kernel wants."""
+    return tuple(torch.randn(B, 1, T, d, dtype=dtype) for _ in range(3))
+
+
+# --- nn.MultiheadAttention is not independent of SDPA ------------------------------------------
+
+
+@pytest.mark.parametrize("need_weights, sdpa_calls", [(False, 1), (True, 0)])
+def test_mha_calls_sdpa_unless_it_returns_weights(need_weights, sdpa_calls):
+    m = Attention(d, T).double()
+    mha = mha_copy_of(m)
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    sdpa = F.scaled_dot_product_attention
+    with mock.patch("torch.nn.functional.scaled_dot_product_attention", wraps=sdpa) as spy:
+        with RecordOps() as ops:
+            mha(x, x, x, attn_mask=m.mask, need_weights=need_weights)
+    assert spy.call_count == sdpa_calls
+    # MHA passes 4-D (B, h, T, d_h) tensors, so on the CPU SDPA picks its flash kernel.
+    flash = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+    assert (flash in ops.names) == (not need_weights)
+    # need_weights=True takes a separate path that builds the weights with its own softmax.
+    assert ("aten._softmax.default" in ops.names) == need_weights
+
+
+def test_mha_with_weights_agrees_with_ours():
+    m = Attention(d, T).double()
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    pad = random_padding(B, T, "right")
+    out, weights = m(x, pad, return_weights=True)
+    ref, ref_weights = mha_copy_of(m)(x, x, x, attn_mask=m.mask,
+                                      key_padding_mask=to_key_padding_mask(pad),
+                                      need_weights=True)
+    torch.testing.assert_close(out[pad], ref[pad], **TOL)
+    torch.testing.assert_close(weights[pad], ref_weights[pad], **TOL)
+
+
+# --- is_causal=True together with attn_mask: it depends on the kernel --------------------------
+
+
+def test_is_causal_with_attn_mask_raises_on_the_math_kernel():
+    q, k, v = qkv4()
+    keys = random_padding(B, T, "right")[:, None, None, :]  # (B, 1, 1, T), True = may attend
+    message = "Explicit attn_mask should not be set when is_causal=True"
+    with pytest.raises(RuntimeError, match=message):  # 3-D input: SDPA uses the math kernel
+        F.scaled_dot_product_attention(q[:, 0], k[:, 0], v[:, 0], attn_mask=keys[:, 0],
+                                       is_causal=True)
+    with pytest.raises(RuntimeError, match=message), sdpa_kernel(SDPBackend.MATH):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=keys, is_causal=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_is_causal_with_attn_mask_on_the_cpu_flash_kernel_applies_both(dtype):
+    q, k, v = qkv4(dtype)
+    pad = random_padding(B, T, "left")
+    keys = pad[:, None, None, :]  # (B, 1, 1, T), True = may attend
+    with RecordOps() as ops:
+        both = F.scaled_dot_product_attention(q, k, v, attn_mask=keys, is_causal=True)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in ops.names
+    causal = torch.ones(T, T, dtype=torch.bool).tril()  # True = may attend
+    merged = F.scaled_dot_product_attention(q, k, v, attn_mask=keys & causal)
+    torch.testing.assert_close(both, merged, rtol=0, atol=0)  # the causal AND the padding mask
+    assert not torch.allclose(both, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    assert not torch.allclose(both, F.scaled_dot_product_attention(q, k, v, attn_mask=keys))
+
+
+def test_4d_float_input_picks_the_cpu_flash_kernel_and_3d_the_math_kernel():
+    q, k, v = qkv4(torch.float32)
+    with RecordOps() as ops:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert "aten._scaled_dot_product_flash_attention_for_cpu.default" in ops.names
+    with RecordOps() as ops:
+        F.scaled_dot_product_attention(q[:, 0], k[:, 0], v[:, 0], is_causal=True)
+    assert not any("flash" in name for name in ops.names)
+    assert "aten._safe_softmax.default" in ops.names  # the math kernel: a whole (T, T) softmax
+
+
+# --- tolerances --------------------------------------------------------------------------------
+
+
+def test_math_kernel_scales_q_and_k_before_the_product():
+    q, k, v = (t[:, 0].float() for t in qkv4())  # 3-D: the math kernel
+    with RecordOps() as ops:
+        F.scaled_dot_product_attention(q, k, v)
+    first_product = ops.names.index("aten.bmm.default")
+    factors = [args[1] for name, args in ops.calls[:first_product] if name == "aten.mul.Scalar"]
+    # each of Q and K times d^(-1/4), so that their product carries 1/sqrt(d)
+    assert factors == pytest.approx([d**-0.25, d**-0.25])
+
+
+def test_assert_close_float32_default_atol_is_1e_5():
+    zero = torch.zeros(1)
+    torch.testing.assert_close(zero + 0.9e-5, zero)
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(zero + 1.1e-5, zero)
+
+
+def test_gradcheck_needs_float64():
+    m = Attention(3, 5)
+    x = torch.randn(1, 5, 3, requires_grad=True)
+    with pytest.warns(UserWarning, match="not a double precision"):
+        assert not gradcheck(m, (x,), raise_exception=False)
+    assert gradcheck(m.double(), (x.detach().double().requires_grad_(),))
+
+
+# --- a mask mistake from the exercises ---------------------------------------------------------
+
+
+def test_unflipped_key_padding_mask_gives_empty_rows():
+    """Ex. ex-whole-kpm: our padding_mask passed as MHA's key_padding_mask, right padding."""
+    m = Attention(d, T).double()
+    mha = mha_copy_of(m)
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    pad = torch.tensor([[True] * 4 + [False] * 2, [True] * 3 + [False] * 3])
+    without, _ = mha(x, x, x, attn_mask=m.mask, key_padding_mask=pad, need_weights=False)
+    with_w, w = mha(x, x, x, attn_mask=m.mask, key_padding_mask=pad, need_weights=True)
+    # every real query sees no key: zeros through SDPA, NaN through the weights' softmax
+    assert (without[pad] == 0).all()
+    assert with_w[pad].isnan().all() and w[pad].isnan().all()
+

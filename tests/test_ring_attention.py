@@ -1,0 +1,176 @@
+"""Ring attention equals the explicit module: real gloo processes on 127.0.0.1, and simulated.
+
+Each world size starts its processes once and runs every case inside (a start costs seconds).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from attnbook import Attention
+from attnbook.ring import (
+    chunk_ids,
+    ring_attention,
+    shard,
+    shard_inputs,
+    simulate_ring,
+    spawn_ring,
+    unshard,
+    visible_scores,
+)
+
+ATOL = 1e-10
+
+
+def _explicit(q, k, v, pad, causal, dout):
+    """Outputs and gradients of ``Attention.attend`` on the whole sequence (float64)."""
+    attn = Attention(q.size(-1), q.size(-2)).double()
+    if not causal:
+        attn.mask.zero_()  # nothing in the future is blocked
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = attn.attend(q, k, v, pad)[0]
+    out.backward(dout)
+    return {"out": out.detach(), "dq": q.grad, "dk": k.grad, "dv": v.grad}
+
+
+def _padding(kind: str, B: int, T: int, P: int) -> torch.Tensor | None:
+    """None, left or right padding, or left padding that empties the whole first chunk."""
+    if kind == "none":
+        return None
+    pad = torch.ones(B, T, dtype=torch.bool)
+    if kind == "left":
+        pad[0, : T // 3] = False
+    elif kind == "right":
+        pad[-1, T - T // 3 :] = False
+    elif kind == "first_block":
+        pad[:, : -(-T // (2 * P)) + 1] = False  # chunk 0 (rank 0's) and a bit more: empty rows
+    return pad
+
+
+def _cases(P: int) -> list[dict]:
+    g = torch.Generator().manual_seed(P)
+    cases = []
+    for layout in ("contiguous", "zigzag"):
+        for T, pad_kind, causal, heads in [
+            (4 * P, "none", True, 0),  # a multiple of 2P: no end padding
+            (4 * P + 3, "none", True, 0),  # T not divisible by P: masked keys at the end
+            (4 * P + 1, "left", True, 0),
+            (4 * P, "right", True, 0),
+            (4 * P + 2, "first_block", True, 0),
+            (3 * P + 1, "right", False, 0),  # no causal mask: every pair of chunks works
+            (4 * P - 1, "left", True, 2),  # many heads: (B, h, T, d_h)
+        ]:
+            B, d = 2, 3
+            shape = (B, heads, T, d) if heads else (B, T, d)
+            q, k, v, dout = (torch.randn(shape, dtype=torch.float64, generator=g)
+                             for _ in range(4))
+            cases.append(dict(q=q, k=k, v=v, dout=dout, padding_mask=_padding(pad_kind, B, T, P),
+                              causal=causal, layout=layout, block_size=2,
+                              name=f"{layout}, T={T}, {pad_kind}, causal={causal}, h={heads}"))
+    return cases
+
+
+@pytest.mark.parametrize("P", [2, 4])
+def test_gloo_ring_equals_explicit(P):
+    cases = _cases(P)
+    results = spawn_ring(cases, world=P)
+    for case, got in zip(cases, results):
+        want = _explicit(case["q"], case["k"], case["v"], case["padding_mask"], case["causal"],
+                         case["dout"])
+        for name in ("out", "dq", "dk", "dv"):
+            assert torch.isfinite(got[name]).all(), (case["name"], name)
+            torch.testing.assert_close(got[name], want[name], atol=ATOL, rtol=0,
+                                       msg=f"{name} differs: {case['name']}")
+        pad = case["padding_mask"]
+        if pad is not None and case["causal"]:  # queries with no real key at or before them
+            empty = ~pad.cumsum(-1).bool()  # (B, T)
+            for name in ("out", "dq"):
+                rows = got[name] if got[name].dim() == 3 else got[name].transpose(1, 2)
+                assert (rows[empty] == 0).all(), (case["name"], name)
+
+
+def test_one_rank_in_process():
+    """P = 1 in this very process: a world group of one, no messages, the same answer."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
+    try:
+        case = _cases(1)[2]
+        q, k, v, pad = shard_inputs(case["q"], case["k"], case["v"], case["padding_mask"], 0, 1)
+        q, k, v = (t.requires_grad_() for t in (q, k, v))
+        out = ring_attention(q, k, v, pad, block_size=2)
+        out.backward(shard(case["dout"], 0, 1))
+        want = _explicit(case["q"], case["k"], case["v"], case["padding_mask"], True,
+                         case["dout"])
+        T = case["q"].size(-2)
+        for name, got in [("out", out.detach()), ("dq", q.grad), ("dk", k.grad),
+                          ("dv", v.grad)]:
+            torch.testing.assert_close(unshard([got], T), want[name], atol=ATOL, rtol=0)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 5])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_simulated_ring_equals_explicit(P, layout):
+    g = torch.Generator().manual_seed(P)
+    for T in (1, 2 * P, 2 * P + 1, 5 * P + 3):
+        q, k, v = (torch.randn(2, T, 4, dtype=torch.float64, generator=g) for _ in range(3))
+        pad = torch.ones(2, T, dtype=torch.bool)
+        pad[0, : T // 2] = False  # left padding: empty rows
+        for causal in (True, False):
+            got = simulate_ring(q, k, v, pad, world=P, layout=layout, causal=causal,
+                                block_size=3)
+            attn = Attention(4, T).double()
+            if not causal:
+                attn.mask.zero_()
+            torch.testing.assert_close(got, attn.attend(q, k, v, pad)[0], atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_shard_then_unshard_is_the_identity(layout):
+    x = torch.arange(2 * 11 * 3).view(2, 11, 3)
+    for P in (1, 2, 3, 4):
+        parts = [shard(x, r, P, layout) for r in range(P)]
+        assert len({p.shape for p in parts}) == 1  # every rank holds the same length
+        assert torch.equal(unshard(parts, 11, layout), x)
+
+
+def test_layouts_hold_every_chunk_once():
+    for P in (1, 2, 3, 4):
+        for layout in ("contiguous", "zigzag"):
+            held = sorted(c for r in range(P) for c in chunk_ids(r, P, layout))
+            assert held == list(range(2 * P))
+    assert chunk_ids(0, 4, "zigzag") == (0, 7)
+    with pytest.raises(ValueError, match="layout"):
+        chunk_ids(0, 2, "striped")
+
+
+def test_work_per_rank():
+    T = 64
+    for P in (1, 2, 4):
+        for layout in ("contiguous", "zigzag"):
+            assert sum(visible_scores(T, P, layout)) == T * (T + 1) // 2
+        assert len(set(visible_scores(T, P, "zigzag"))) == 1  # zigzag: exactly balanced
+    contiguous = visible_scores(T, 4, "contiguous")
+    assert contiguous == sorted(contiguous) and contiguous[-1] > 6 * contiguous[0]
+    assert visible_scores(T, 4, causal=False) == [T * T // 4] * 4
+
+
+def test_pytorch_context_parallel_uses_the_zigzag_layout_and_all_gather():
+    """What the chapter says of PyTorch's context-parallel API (torch.distributed.tensor)."""
+    from torch.distributed.tensor.experimental import _attention as cp  # private: pinned here
+
+    assert callable(cp.context_parallel)
+    T, P = 16, 4
+    order = cp._HeadTailLoadBalancer(T, P, "cpu")._generate_indices()[0]  # load-balanced order
+    ours = torch.cat([shard(torch.arange(T)[:, None], r, P, "zigzag")[:, 0] for r in range(P)])
+    assert torch.equal(order.long(), ours)
+    assert cp._cp_options.enable_load_balance  # on by default
+    assert cp._cp_options.rotate_method == cp._RotateMethod.ALL_GATHER  # "alltoall": a ring
