@@ -1,4 +1,4 @@
-"""Chapter 3's figures: Var(q·k) = d, softmax saturation against d, and one row at d = 1024."""
+"""Chapter 3's figures: Var(q·k) = d, saturation and gradients against d, one row at d = 1024."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from attnbook.saturation import (  # noqa: E402
     SCALES,
     dot_products,
     entropy,
+    gradient_sweep,
     max_weight,
     saturation_sweep,
     score_rows,
@@ -68,25 +69,36 @@ def variance(outdir: Path) -> Path:
 
 def saturation(outdir: Path) -> Path:
     rows = saturation_sweep(DS, rows=400, keys=KEYS, seed=0)
-    panels = [("spread", "logit spread (std of a row)", True, None),
-              ("max_weight", "largest weight", False, 1 / KEYS),
-              ("entropy", "entropy of the weights (nats)", False, math.log(KEYS)),
-              ("jacobian_norm", r"softmax Jacobian norm $\|J\|_2$", True, 1 / KEYS)]
-    fig, axes = plt.subplots(2, 2, figsize=(9.5, 6.6))
-    for ax, (key, label, log, uniform) in zip(axes.flat, panels):
+    grads = gradient_sweep(DS, rows=400, keys=KEYS, seed=0)
+    panels = [("spread", "logit spread (std of a row)", True, None, rows),
+              ("max_weight", "largest weight", False, 1 / KEYS, rows),
+              ("entropy", "entropy of the weights (nats)", False, math.log(KEYS), rows),
+              ("jacobian_norm", r"softmax Jacobian norm $\|J\|_2$", True, 1 / KEYS, rows),
+              ("grad_per_entry", r"gradient per entry, $\|\partial L/\partial q\| / \sqrt{d}$",
+               True, None, grads)]
+    fig, axes = plt.subplots(2, 3, figsize=(13, 6.6))
+    for ax, (key, label, log, uniform, data) in zip(axes.flat, panels):
         for scale in SCALES:
             colour, marker, name = STYLE[scale]
-            ys = [max(r[key], 1e-12) for r in rows if r["scale"] == scale]
+            ys = [max(r[key], 1e-12) for r in data if r["scale"] == scale]
             ax.plot(DS, ys, marker=marker, color=colour, ms=4, label=name)
         if uniform is not None:
             ax.axhline(uniform, color="0.6", lw=1, ls="--", label="uniform weights")
-        _log2_axis(ax)
-        ax.tick_params(axis="x", labelsize=8)
         if log:
             ax.set_yscale("log")
         ax.set_title(label, fontsize=10)
+    by = {(r["d"], r["scale"]): r["grad"] for r in grads}
+    ax = axes[1, 2]
+    ax.plot(DS, [by[d, "none"] / by[d, "sqrt(d)"] for d in DS], "o-", color="tab:purple", ms=4)
+    ax.axhline(1, color="0.6", lw=1, ls="--")
+    ax.set_yscale("log")
+    ax.set_title(r"gradient ratio, no scaling / $\div\sqrt{d}$", fontsize=10)
+    for ax in axes.flat:
+        _log2_axis(ax)
+        ax.tick_params(axis="x", labelsize=8)
     axes[0, 0].legend(frameon=False, fontsize=8)
-    fig.suptitle(f"Median over 400 rows of {KEYS} keys; q, k with N(0, 1) entries", fontsize=10)
+    fig.suptitle(f"Median over 400 rows of {KEYS} keys; q, k, v and the upstream gradient with "
+                 "N(0, 1) entries", fontsize=10)
     fig.tight_layout()
     return save(fig, outdir, "scale_saturation.png")
 

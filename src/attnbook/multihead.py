@@ -3,7 +3,8 @@
 ``MultiHeadAttention`` extends :class:`attnbook.Attention` instead of rewriting it: the same
 three projections (``query``, ``key``, ``value``, each d -> d), the same causal ``mask`` and the
 same ``attend`` (steps 2 to 6), which works on (B, h, T, d_h) tensors and scales by sqrt(d_h).
-What is new is the split into heads, the merge, and one output projection ``out``.
+What is new is the split into heads (before step 2), and after step 6 the merge and one output
+projection ``out``.
 
 Two reference versions sit beside it, so the book and the tests can check it against PyTorch:
 :func:`to_torch_multihead` (``nn.MultiheadAttention`` with our weights) and

@@ -137,15 +137,15 @@ def ring_attention_forward(q, k, v, padding_mask, causal, layout, group, block_s
         q, k, v: (..., 2c, d); padding_mask: (B, 2c) -> (..., 2c, d_v), (..., 2c, 1)
     """
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    state = new_state(q, v)  # running (m, l, acc) for this rank's queries
+    state = new_state(q, v)  # running m, l: (B, 2c, 1); acc: (B, 2c, d_v)
     held = [k, v] if padding_mask is None else [k, v, padding_mask]  # what travels
     for step in range(world):
         src = (rank - step) % world  # whose keys and values this rank holds now
         if step < world - 1:  # post the exchange first: it runs while we compute
             arriving, pending = pass_on(held, group)
-        fold_shard(state, q, *held[:2], held[2] if len(held) > 2 else None,
-                   chunk_ids(rank, world, layout), chunk_ids(src, world, layout),
-                   causal, block_size)
+        k_s, v_s, mask_s = (*held, None)[:3]  # the shard in hand
+        fold_shard(state, q, k_s, v_s, mask_s, chunk_ids(rank, world, layout),
+                   chunk_ids(src, world, layout), causal, block_size)
         if step < world - 1:
             for work in pending:
                 work.wait()
@@ -168,9 +168,10 @@ def ring_attention_backward(dout, q, k, v, out, lse, padding_mask, causal, layou
         src = (rank - step) % world
         if step < world - 1:  # the next keys and values do not depend on this step
             arriving, pending = pass_on(held, group)
-        shard_grads(dq, dk, dv, dout, q, *held[:2], out, lse,
-                    held[2] if len(held) > 2 else None, chunk_ids(rank, world, layout),
-                    chunk_ids(src, world, layout), causal, block_size)
+        k_s, v_s, mask_s = (*held, None)[:3]
+        shard_grads(dq, dk, dv, dout, q, k_s, v_s, out, lse, mask_s,
+                    chunk_ids(rank, world, layout), chunk_ids(src, world, layout), causal,
+                    block_size)
         if world > 1:  # dk, dv include this step's share: they can only leave now
             grads, sent = pass_on([dk, dv], group)
             for work in sent:
@@ -266,13 +267,13 @@ def finish_state(state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]
 
 def fold_shard(state, q, k, v, padding_mask, q_chunks, k_chunks, causal, block_size) -> None:
     """One ring step: attend from this rank's queries to one key/value shard, merge the result."""
-    c = q.size(-2) // 2
+    c = q.size(-2) // 2  # tokens per chunk; a shard is two chunks
     for a, b, diagonal in chunk_pairs(q_chunks, k_chunks, causal):
-        qa, kb, vb = q[..., a * c:(a + 1) * c, :], k[..., b * c:(b + 1) * c, :], \
-            v[..., b * c:(b + 1) * c, :]
-        mask = None if padding_mask is None else padding_mask[:, b * c:(b + 1) * c]
-        out_b, lse_b = tiled_attention_forward(qa, kb, vb, mask, diagonal, block_size)
-        merge_block(state, slice(a * c, (a + 1) * c), out_b, lse_b)
+        qs, ks = slice(a * c, (a + 1) * c), slice(b * c, (b + 1) * c)  # query, key chunk
+        mask = None if padding_mask is None else padding_mask[:, ks]  # (B, c)
+        out_b, lse_b = tiled_attention_forward(q[..., qs, :], k[..., ks, :], v[..., ks, :],
+                                               mask, diagonal, block_size)  # (B, c, d_v), (B, c, 1)
+        merge_block(state, qs, out_b, lse_b)
 
 
 def shard_grads(dq, dk, dv, dout, q, k, v, out, lse, padding_mask, q_chunks, k_chunks, causal,
