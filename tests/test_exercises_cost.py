@@ -23,3 +23,31 @@ def test_score_flops():
         assert not fb.ok and phrase in fb.message, fb.message
     fb = check_score_flops(B * T * T * d, B, T, d)  # two mistakes give this number
     assert not fb.ok and "2 FLOPs" in fb.message
+
+
+def test_live_tensor_bytes_counts_the_peak_of_live_tensors():
+    import torch
+
+    from attnbook.exercises.cost import LiveTensorBytes
+
+    x = torch.randn(256)  # an input: not counted
+
+    def two_at_once():
+        a = x * 2  # 1 KiB
+        b = a.view(16, 16)  # a view of the same storage: no new bytes
+        c = b + 1  # 1 KiB, alive with a
+        del a, b
+        return c.sum()
+
+    assert LiveTensorBytes.of(two_at_once) == 2 * 256 * 4  # a and c; the sum comes after a died
+    assert LiveTensorBytes.of(lambda: None) == 0
+
+
+def test_best_time_restores_the_thread_count():
+    import torch
+
+    from attnbook.exercises.cost import best_time
+
+    before = torch.get_num_threads()
+    assert best_time(lambda: torch.ones(8).sum(), repeats=2) > 0
+    assert torch.get_num_threads() == before
