@@ -3,9 +3,10 @@
 The functions draw queries and keys with independent zero-mean, unit-variance entries (the
 assumption of the variance theorem) and measure what the softmax does with their scores: how
 spread out a row of scores is, how much weight its largest entry takes, the entropy of the
-weights, and the norm of the softmax Jacobian, which is the factor every gradient through the
-softmax is multiplied by. Sampling is done in float64 from a CPU generator, so the numbers are
-the same on every machine.
+weights, the norm of the softmax Jacobian (the factor a gradient is multiplied by on its way
+from the weights to the scores), and the gradient that finally reaches the query, which also
+carries the factor 1/divisor. Sampling is done in float64 from a CPU generator, so the numbers
+are the same on every machine.
 """
 
 from __future__ import annotations
