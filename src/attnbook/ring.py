@@ -11,7 +11,8 @@ travel with their shard and arrive home after the last step.
 A sequence is cut into 2P chunks of equal length (padded at the end with masked keys when T is
 not a multiple of 2P); every rank holds two chunks. ``"contiguous"`` gives rank r chunks 2r and
 2r + 1; ``"zigzag"`` gives it chunks r and 2P - 1 - r, one from each end, which balances the
-causal work (Brandon et al., 2023).
+causal work (the layout of Llama 3's context parallelism, Dubey et al., 2024; striped attention,
+Brandon et al., 2023, balances it by dealing tokens round-robin instead).
 
 Masks follow attnbook's conventions: causal (key ``j > i`` blocked) and ``padding_mask`` True
 for real tokens (it masks keys). A query that sees no real key outputs zeros, with zero
