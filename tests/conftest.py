@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+# Part VI's Triton kernels run through Triton's interpreter where there is no CUDA. The variable
+# must be set before Triton is first imported (torch.utils.flop_counter imports it), so here.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

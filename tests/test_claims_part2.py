@@ -1,4 +1,4 @@
-"""Chapters 4 to 7's claims about PyTorch, pinned: each fails if the sentence it backs stops being true.
+"""Claims of chapters 4 to 7 about PyTorch, pinned: each fails if the sentence it backs breaks.
 
 book/04_causal_mask.md, 05_padding.md, 06_softmax.md and 07_weighted_sum.md name these tests where
 they make the claims. They run on the CPU, the machine CI uses. The empty row in SDPA and
@@ -29,6 +29,7 @@ def test_minus_1e9_cannot_be_filled_into_float16():
 def test_cast_constants_float16_and_bfloat16():
     """A float32 mask cast to half precision: -1e9 becomes -inf in float16; bfloat16 rounds."""
     additive = torch.tensor([-1e4, -1e9])  # float32
+    assert additive.tolist() == [-1e4, -1e9]  # both exact in float32
     assert additive.half().tolist() == [-1e4, float("-inf")]
     assert additive.bfloat16().tolist() == [-9984.0, -998244352.0]
 
@@ -71,6 +72,8 @@ def test_buffer_parameter_and_plain_attribute():
 
     m = Three().to("meta")
     assert m.plain.device.type == "cpu"  # a plain attribute stays behind
+    with pytest.raises(RuntimeError, match="not on the expected device"):
+        torch.zeros(2, device="meta").masked_fill(m.plain.bool(), 0.0)  # ... and fails later
     assert m.weight.device.type == "meta" and m.kept.device.type == "meta"
     assert m.dropped.device.type == "meta"
     assert set(Three().state_dict()) == {"weight", "kept"}  # not plain, not persistent=False

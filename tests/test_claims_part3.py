@@ -245,8 +245,9 @@ def test_fused_forward_holds_no_score_sized_tensor():
     assert peak < B * T * T * 4 / 2
 
 
-def test_fused_path_with_padding_builds_a_bool_mask_of_bt2_bytes():
-    """Chapter 11: with padding, the fused path passes a (B, 1, T, T) bool mask to SDPA."""
+def test_fused_path_with_padding_passes_a_key_mask_and_is_causal():
+    """Chapter 11: with padding, the fused path passes a (B, 1, 1, T) key mask *and*
+    is_causal=True to the CPU flash kernel; no (B, T, T) tensor is built."""
     B, T, d = 2, 32, 8
     attn = Attention(d, T, fused=True)
     x = torch.randn(B, T, d)
@@ -254,8 +255,10 @@ def test_fused_path_with_padding_builds_a_bool_mask_of_bt2_bytes():
     real[0, :3] = False
     with Calls() as log:
         attn(x, real)
-    masks = [kw.get("attn_mask") for name, _, kw in log.calls if name.startswith(FLASH)]
-    assert len(masks) == 1 and masks[0].shape == (B, 1, T, T)
+    ((name, args, kwargs),) = [c for c in log.calls if c[0].startswith(FLASH)]
+    assert kwargs["attn_mask"].shape == (B, 1, 1, T) and args[4] is True
+    shapes = [tuple(t.shape) for _, a, _ in log.calls for t in a if isinstance(t, torch.Tensor)]
+    assert not any(len(s) >= 2 and s[-2:] == (T, T) for s in shapes)
     with Calls() as log:
         attn(x)
     ((name, args, kwargs),) = [c for c in log.calls if c[0].startswith(FLASH)]

@@ -64,3 +64,157 @@ def test_step_costs_one_projection_row():
     cached_attention(m, torch.randn(1, 6, 4), cache)
     cached_attention(m, torch.randn(1, 1, 4), cache)
     assert seen == [6, 1]
+
+
+# ---- Issue 12, section 2: per head, per layer, refused when unsupported ----------------------
+
+import torch.nn.functional as F  # noqa: E402
+
+from attnbook import MultiHeadAttention, TinyConfig, TinyModel  # noqa: E402
+from attnbook.kv_cache import kv_cache_bytes, window_attention, window_mask  # noqa: E402
+
+HEADED = [lambda: Attention(8, 16), lambda: MultiHeadAttention(8, 16, 4),
+          lambda: MultiHeadAttention(8, 16, 4, n_kv_heads=2),
+          lambda: MultiHeadAttention(8, 16, 4, n_kv_heads=1)]
+IDS = ["one-head", "multi-head", "grouped-query", "multi-query"]
+
+
+@pytest.mark.parametrize("make", HEADED, ids=IDS)
+@pytest.mark.parametrize("side", [None, "left", "right"])
+@pytest.mark.parametrize("chunks", [(4, 1, 1, 1, 1, 1), (3, 2, 4), (9,)])
+def test_every_module_token_by_token_and_in_chunks(make, side, chunks):
+    """Prefill, single steps and chunked prefill all equal one full forward pass."""
+    m = make().double()
+    B, T = 3, sum(chunks)
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    pad = None if side is None else random_padding(B, T, side)
+    full = m(x, pad)
+    cache = KVCache.for_module(m, B)
+    assert cache.k.shape == (B, m.n_kv_heads, 16, m.d_head)
+    pieces, start = [], 0
+    for t in chunks:
+        piece_pad = None if pad is None else pad[:, start : start + t]
+        pieces.append(cached_attention(m, x[:, start : start + t], cache, piece_pad))
+        start += t
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_a_multihead_module_is_no_longer_silently_wrong():
+    """The old cache computed single-head attention for a MultiHeadAttention (error 0.98)."""
+    m = MultiHeadAttention(8, 40, 4).double()
+    prompt = torch.randn(2, 5, 8, dtype=torch.float64)
+    torch.testing.assert_close(generate(m, prompt, 10), generate(m, prompt, 10, use_cache=False))
+
+
+def test_an_unsupported_module_is_refused():
+    class Doubled(Attention):
+        def forward(self, x, padding_mask=None, **kw):
+            return 2 * super().forward(x, padding_mask, **kw)
+
+    m = Doubled(4, 8)
+    with pytest.raises(TypeError, match="supports attnbook.Attention or attnbook.MultiHead"):
+        KVCache.for_module(m, 1)
+    cache = KVCache.for_module(Attention(4, 8), 1)
+    with pytest.raises(TypeError, match="got Doubled"):
+        cached_attention(m, torch.randn(1, 2, 4), cache)
+
+
+def test_sdpa_is_causal_aligns_top_left_but_chunked_prefill_needs_bottom_right():
+    """Chapter 12: with fewer queries than keys, is_causal=True lets query i see keys 0..i
+    (top-left); a chunk of new queries at positions start..start+t-1 must see keys up to its
+    own position (bottom-right), which is what cached_attention passes as a mask."""
+    q = torch.randn(1, 1, 3, 4, dtype=torch.float64)
+    k, v = (torch.randn(1, 1, 7, 4, dtype=torch.float64) for _ in range(2))
+    top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    allowed_tl = torch.ones(3, 7, dtype=torch.bool).tril()  # query i sees keys 0..i
+    torch.testing.assert_close(top_left, F.scaled_dot_product_attention(q, k, v,
+                                                                        attn_mask=allowed_tl))
+    allowed_br = torch.ones(3, 7, dtype=torch.bool).tril(diagonal=7 - 3)  # keys 0..4+i
+    bottom_right = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed_br)
+    assert not torch.allclose(top_left, bottom_right)
+    # bottom-right is the full causal attention's last three rows
+    qf = torch.cat([torch.randn(1, 1, 4, 4, dtype=torch.float64), q], dim=2)
+    full = F.scaled_dot_product_attention(qf, k, v, is_causal=True)
+    torch.testing.assert_close(full[:, :, 4:], bottom_right)
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_tiny_model_generates_the_same_tokens_with_and_without_the_cache(n_kv_heads):
+    torch.manual_seed(n_kv_heads)
+    cfg = TinyConfig(vocab_size=11, context_length=24, d_model=16, n_heads=4, n_layers=2,
+                     n_kv_heads=n_kv_heads)
+    model = TinyModel(cfg).double()
+    prompt = torch.randint(11, (3, 5))
+    with_cache = model.generate(prompt, 19)
+    without = model.generate(prompt, 19, use_cache=False)
+    assert with_cache.shape == (3, 24)
+    assert torch.equal(with_cache, without)
+    assert torch.equal(with_cache[:, :5], prompt)
+
+
+def test_tiny_model_step_logits_equal_the_full_forward():
+    model = TinyModel(TinyConfig(vocab_size=9, context_length=12, d_model=16)).double()
+    idx = torch.randint(9, (2, 12))
+    caches = model.new_caches(2)
+    assert len(caches) == 2 and caches[0].k.shape == (2, 4, 12, 4)
+    logits = [model.step(idx[:, :7], caches)] + [model.step(idx[:, t : t + 1], caches)
+                                                 for t in range(7, 12)]
+    torch.testing.assert_close(torch.cat(logits, dim=1), model(idx), rtol=1e-10, atol=1e-10)
+
+
+def test_tiny_model_refuses_to_generate_past_its_context():
+    model = TinyModel(TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2))
+    with pytest.raises(ValueError, match="context_length=8"):
+        model.generate(torch.zeros(1, 4, dtype=torch.long), 5)
+
+
+def test_cache_bytes_formula_matches_the_buffers():
+    """2 · layers · B · h_kv · T · d_h · bytes; grouped-query divides by h / h_kv."""
+    for n_kv in (4, 2, 1):
+        cfg = TinyConfig(vocab_size=5, context_length=32, d_model=16, n_heads=4, n_layers=3,
+                         n_kv_heads=n_kv)
+        caches = TinyModel(cfg).new_caches(2)
+        assert sum(c.nbytes() for c in caches) == kv_cache_bytes(3, 2, n_kv, 32, 4)
+    assert kv_cache_bytes(32, 16, 32, 4096, 128, 2) == 32 * 2**30  # exercise ex-kv-bytes
+
+
+@pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
+def test_grouped_query_equals_multihead_with_shared_key_value_heads(n_kv_heads):
+    """The explicit definition: GQA is multi-head attention whose query heads in a group use
+    the same key and value head (the key/value weights repeated per group)."""
+    gqa = MultiHeadAttention(8, 10, 4, n_kv_heads=n_kv_heads).double()
+    mha = MultiHeadAttention(8, 10, 4).double()
+    group = 4 // n_kv_heads
+    with torch.no_grad():
+        mha.query.weight.copy_(gqa.query.weight)
+        mha.out.weight.copy_(gqa.out.weight)
+        for name in ("key", "value"):
+            w = getattr(gqa, name).weight.view(n_kv_heads, 2, 8)  # (h_kv, d_h, d)
+            getattr(mha, name).weight.copy_(w.repeat_interleave(group, dim=0).reshape(8, 8))
+    x = torch.randn(2, 10, 8, dtype=torch.float64)
+    pad = random_padding(2, 10, "left")
+    for fused in (False, True):
+        gqa.fused = fused
+        torch.testing.assert_close(gqa(x, pad), mha(x, pad), rtol=1e-10, atol=1e-10)
+    assert gqa.key.weight.numel() == mha.key.weight.numel() // group
+
+
+@pytest.mark.parametrize("make", HEADED[:3], ids=IDS[:3])
+@pytest.mark.parametrize("window", [1, 3, 6])
+@pytest.mark.parametrize("prompt", [2, 5, 8])
+def test_sliding_window_cache_equals_banded_attention(make, window, prompt):
+    m = make().double()
+    B, T = 2, 14
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    q, k, v = m.project_heads(x)
+    expected = m.merge(window_attention(q, k, v, window))  # explicit definition
+    cache = KVCache.for_module(m, B, window=window)
+    assert cache.capacity == window  # memory for W tokens, not for the context
+    pieces = [cached_attention(m, x[:, :prompt], cache)]
+    pieces += [cached_attention(m, x[:, t : t + 1], cache) for t in range(prompt, T)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_window_mask_is_a_band():
+    assert torch.equal(~window_mask(4, 2), torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0],
+                                                         [0, 1, 1, 0], [0, 0, 1, 1]]).bool())

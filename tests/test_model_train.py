@@ -28,7 +28,7 @@ def test_model_shapes_and_weights():
     assert logits.shape == (3, 9, 7)
     assert len(weights) == 2 and all(w.shape == (3, 4, 9, 9) for w in weights)
     assert all(isinstance(b.attn, MultiHeadAttention) for b in model.blocks)
-    assert torch.equal(model(idx), logits)
+    torch.testing.assert_close(model(idx), logits)  # fused path vs explicit: rounding only
 
 
 def test_parameter_count():

@@ -7,6 +7,7 @@ d model width (``d_model``), h heads, d_h head width.
 from .attention import Attention
 from .first_head import FirstHead, train_first_head
 from .fused import fused_attention
+from .gpu import flash_attention, flash_decoding  # Triton loads on first use, not here
 from .kv_cache import KVCache, cached_attention, generate
 from .masks import (
     blocked_positions,
@@ -39,6 +40,8 @@ __all__ = [
     "KVCache",
     "cached_attention",
     "fused_attention",
+    "flash_attention",
+    "flash_decoding",
     "generate",
     "online_softmax",
     "ring_attention",

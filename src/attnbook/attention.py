@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from .checks import check_input, check_padding_mask
-from .fused import fused_attention
+from .fused import fused_attention, repeat_kv
 from .masks import blocked_positions, causal_mask
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
@@ -62,6 +62,9 @@ class Attention(nn.Module):
         # A buffer, not a parameter: it follows .to(device), is saved, and is never trained.
         # Named "mask" because the seed's checkpoints call it that.
         self.register_buffer("mask", causal_mask(context_length))
+        # One head of width d: the KV cache (chapter 12) reads these three numbers.
+        self.n_heads = self.n_kv_heads = 1
+        self.d_head = d_model
         # A plain attribute, not saved in the state_dict: which path computes the same result.
         self.fused = fused
 
@@ -97,7 +100,7 @@ class Attention(nn.Module):
         Shape:
             x: (B, T, d_model), padding_mask: (B, T) -> (B, T, d_model)
         """
-        B, T, d = check_input(x, self.d_model, self.context_length)
+        B, T, d = check_input(x, self.d_model, self.context_length, self.query.weight.dtype)
         if padding_mask is not None:
             check_padding_mask(padding_mask, B, T)
 
@@ -108,6 +111,18 @@ class Attention(nn.Module):
         fused = self.fused and not return_weights
         out, weights = self.attend(q, k, v, padding_mask, fused=fused)  # (B, T, d), (B, T, T)
         return (out, weights) if return_weights else out
+
+    def project_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step 1 in the layout of many heads, with h = 1: what the KV cache stores.
+
+        Shape:
+            x: (B, T, d) -> q, k, v: (B, 1, T, d)
+        """
+        return self.query(x)[:, None], self.key(x)[:, None], self.value(x)[:, None]
+
+    def merge(self, heads: torch.Tensor) -> torch.Tensor:
+        """The inverse of :meth:`project_heads`' head axis: (B, 1, T, d) -> (B, T, d)."""
+        return heads[:, 0]
 
     def attend(
         self,
@@ -138,6 +153,10 @@ class Attention(nn.Module):
         if self.fused if fused is None else fused:
             return fused_attention(q, k, v, padding_mask), None  # Part III: one fused call
         T = q.size(-2)
+        if q.dim() == 4 and k.size(1) != q.size(1):  # grouped-query attention (chapter 13)
+            k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
+        if T == 0:  # no tokens: an empty result (a softmax over zero keys is undefined)
+            return v.clone(), q.new_zeros(*q.shape[:-1], 0)  # v is empty: (..., 0, d)
         scores = attention_scores(q, k)  # (B, T, T)
         scores = scale_scores(scores, q.size(-1))  # (B, T, T)
         blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)

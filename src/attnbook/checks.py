@@ -8,8 +8,15 @@ from __future__ import annotations
 import torch
 
 
-def check_input(x: torch.Tensor, d_model: int, context_length: int) -> tuple[int, int, int]:
-    """Check ``x`` is a floating (B, T, d_model) tensor with T <= context_length; return B, T, d."""
+def check_input(x: torch.Tensor, d_model: int, context_length: int,
+                dtype: torch.dtype | None = None) -> tuple[int, int, int]:
+    """Check ``x`` is a floating (B, T, d_model) tensor with T <= context_length; return B, T, d.
+
+    With ``dtype`` (the module's weights' dtype) also check that ``x`` has the same dtype: a
+    mismatch would otherwise fail inside step 1 with PyTorch's "expected m1 and m2 to have the
+    same dtype", which names neither dtype nor the fix. T = 0 passes: the modules return an
+    empty (B, 0, d_model) result.
+    """
     if not isinstance(x, torch.Tensor):
         raise TypeError(
             f"x must be a torch.Tensor of shape (B, T, d_model), got {type(x).__name__}"
@@ -22,6 +29,11 @@ def check_input(x: torch.Tensor, d_model: int, context_length: int) -> tuple[int
         )
     if not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor, got dtype {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(
+            f"x has dtype {x.dtype} but the module's weights have dtype {dtype}; convert one "
+            f"to match: x.to({dtype}) or module.to({x.dtype})"
+        )
     B, T, d = x.shape
     if d != d_model:
         raise ValueError(f"x has {d} features in its last dimension, expected d_model={d_model}")

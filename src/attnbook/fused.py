@@ -1,19 +1,25 @@
 """The fused path: steps 2 to 6 in one call to PyTorch's ``scaled_dot_product_attention``.
 
 ``F.scaled_dot_product_attention`` (SDPA) picks a kernel at run time. On CPU its flash kernel
-walks over tiles like :mod:`attnbook.online`, in compiled code, and never stores the (T, T)
-weights. Three facts decide whether you get that kernel and the same answer as the explicit
-module:
+walks over tiles like :mod:`attnbook.online`, in compiled code, skips the tiles above the
+diagonal when ``is_causal=True``, and never stores the (T, T) weights. Four facts decide whether
+we get that kernel, at full speed, and the same answer as the explicit module:
 
 * the CPU flash kernel takes only 4-D input ``(B, h, T, d)``; 3-D input falls back to the
   "math" kernel, which builds the whole matrix. One head is therefore passed as ``h = 1``;
-* ``is_causal=True`` together with ``attn_mask`` raises on the math kernel (3-D input) and is
-  accepted by the CPU flash kernel (4-D input), which applies both. We never pass both: with
-  padding, the causal and the padding masks are merged into one bool mask (SDPA's convention:
-  True = may attend), at the cost of a (B, 1, T, T) mask and of the masked tiles;
-* a query that sees no real key must output zeros, as in the explicit module. PyTorch 2.13's
-  CPU kernels return zeros there; other versions and kernels have returned NaN. We do not rely
-  on either (see below).
+* padding masks keys only, so it fits in a key mask of shape ``(B, 1, 1, T)`` (one row per
+  sequence, broadcast over heads and queries): T booleans per sequence, not T²;
+* the CPU flash kernel accepts ``is_causal=True`` *together with* ``attn_mask`` and applies both,
+  still skipping the causal tiles; the math kernel (3-D input, the meta device, or a kernel forced
+  with ``sdpa_kernel``) refuses the pair. On CPU we therefore pass both (:func:`key_mask`); on
+  any other device we take the general route, one merged (B, 1, T, T) mask (:func:`sdpa_mask`);
+* a query that sees no real key must output zeros, as in the explicit module. The CPU flash
+  kernel returns zeros with zero gradients there (``tests/test_fused.py`` pins it); the general
+  route does not rely on any kernel's choice (see :func:`general_masked_attention`).
+
+No branch reads a tensor's values: which route runs depends only on the device and on whether
+a padding mask was passed, so the path never waits for the device, traces under
+``torch.compile(fullgraph=True)`` and runs on the meta device.
 """
 
 from __future__ import annotations
@@ -22,6 +28,17 @@ import torch
 import torch.nn.functional as F
 
 from .masks import blocked_positions, causal_mask, to_sdpa_mask
+
+
+def key_mask(padding_mask: torch.Tensor) -> torch.Tensor:
+    """Our ``padding_mask`` as SDPA's bool ``attn_mask`` over keys only (True = may attend).
+
+    No flip: True = real token already means "may attend to this key".
+
+    Shape:
+        (B, T) -> (B, 1, 1, T): broadcast over every head and every query
+    """
+    return padding_mask[:, None, None, :]
 
 
 def sdpa_mask(padding_mask: torch.Tensor, T: int) -> torch.Tensor:
@@ -50,6 +67,29 @@ def empty_rows(padding_mask: torch.Tensor) -> torch.Tensor:
     return padding_mask.cumsum(dim=-1) == 0  # nothing real yet at position i
 
 
+def general_masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    padding_mask: torch.Tensor,
+) -> torch.Tensor:
+    """The general route: one merged (B, 1, T, T) mask, accepted by every SDPA kernel.
+
+    It costs a (B, 1, T, T) bool mask (SDPA turns it into a float one of the same size) and the
+    tiles above the diagonal, which are computed and then masked. Empty rows are made to see
+    every key, so no kernel meets an all-blocked row, and are zeroed afterwards: output 0 and
+    gradient 0 whatever a kernel does with such rows. Both steps run unconditionally (no branch
+    on the mask's values).
+
+    Shape:
+        q, k, v: (B, h, T, d_h); padding_mask: (B, T) -> (B, h, T, d_h)
+    """
+    empty = empty_rows(padding_mask)[:, None, :, None]  # (B, 1, T, 1)
+    allowed = sdpa_mask(padding_mask, q.size(-2)) | empty  # (B, 1, T, T)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, h, T, d_h)
+    return out.masked_fill(empty, 0.0)
+
+
 def fused_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -59,29 +99,40 @@ def fused_attention(
     """Causal attention through ``F.scaled_dot_product_attention``, equal to the explicit steps.
 
     Args:
-        q, k, v: queries, keys and values, already projected.
+        q, k, v: queries, keys and values, already projected. Keys and values may have fewer
+            heads than queries (grouped-query attention, chapter 13): each group of queries
+            then shares one head of keys and values.
         padding_mask: True for real tokens, False for padding; None if all are real.
 
     Returns:
         The outputs; a query with no visible key outputs zeros (with zero gradients).
 
     Shape:
-        q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
+        q: (B, T, d) or (B, h, T, d_h); k, v: like q, or (B, h_kv, T, d_h) with h_kv dividing h;
+        padding_mask: (B, T) -> same as q
     """
     one_head = q.dim() == 3
     if one_head:  # (B, T, d) -> (B, 1, T, d): the CPU flash kernel only takes 4-D input
         q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
-    if padding_mask is None or bool(padding_mask.all()):
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, h, T, d_h)
+    gqa = k.size(1) != q.size(1)  # a shape, not a value: no device sync
+    if padding_mask is None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    elif q.device.type == "cpu":
+        # The CPU flash kernel applies the causal rule and the key mask together: T booleans
+        # per sequence, and the tiles above the diagonal are still skipped.
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(padding_mask),
+                                             is_causal=True, enable_gqa=gqa)
     else:
-        T = q.size(-2)
-        allowed = sdpa_mask(padding_mask, T)  # (B, 1, T, T): one mask, never is_causal as well
-        empty = empty_rows(padding_mask)  # (B, T)
-        if empty.any():
-            # Let empty rows see every key so no kernel meets an all-blocked row, then zero
-            # them below: output 0 and gradient 0, whatever this PyTorch does with such rows.
-            allowed = allowed | empty[:, None, :, None]
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)  # (B, h, T, d_h)
-        if empty.any():
-            out = out.masked_fill(empty[:, None, :, None], 0.0)
+        if gqa:
+            k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
+        out = general_masked_attention(q, k, v, padding_mask)
     return out.squeeze(1) if one_head else out
+
+
+def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """Repeat each of h_kv key (or value) heads for the n_heads / h_kv query heads of its group.
+
+    Shape:
+        (B, h_kv, T, d_h) -> (B, n_heads, T, d_h)
+    """
+    return x.repeat_interleave(n_heads // x.size(1), dim=1)

@@ -5,6 +5,12 @@ and value never change once computed (causality: later tokens cannot affect them
 kept in a cache. A step then projects only the new tokens and attends from their queries to the
 cached keys and values: O(d² + t·d) work for step t instead of O(t·d² + t²·d) for recomputing
 the whole sequence, with the same result (Pope et al., 2023).
+
+The cache holds one layer's keys and values per head, (B, h_kv, T, d_h): h_kv = 1 and d_h = d
+for :class:`attnbook.Attention`, h_kv = h for :class:`attnbook.MultiHeadAttention`, and fewer
+key/value heads than query heads for grouped-query attention. A model keeps one cache per
+layer (:meth:`attnbook.TinyModel.generate`). With ``window=W`` the cache keeps only the last W
+tokens (sliding-window attention, Beltagy et al., 2020).
 """
 
 from __future__ import annotations
@@ -16,67 +22,113 @@ import torch
 import torch.nn.functional as F
 
 from .attention import Attention
-from .masks import blocked_positions
+from .fused import fused_attention, key_mask, repeat_kv
+from .masks import causal_mask
+from .multihead import MultiHeadAttention
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
 
+SUPPORTED = (Attention, MultiHeadAttention)
+"""The modules whose computation :func:`cached_attention` reproduces, exactly these types."""
+
+
+def check_supported(attn: torch.nn.Module) -> None:
+    """Refuse a module the cache cannot reproduce, rather than return wrong outputs.
+
+    A subclass may change what ``forward`` computes (more heads, an output projection, another
+    mask); the cache would still compute single-head attention and give silently different
+    outputs. So only the exact types in :data:`SUPPORTED` pass.
+    """
+    if type(attn) not in SUPPORTED:
+        names = " or ".join(f"attnbook.{c.__name__}" for c in SUPPORTED)
+        raise TypeError(
+            f"the KV cache supports {names}, got {type(attn).__name__}: the cache cannot know "
+            "what its forward computes, so it would return wrong outputs; generate without the "
+            "cache (use_cache=False) or give the module project_heads/merge and add it to "
+            "attnbook.kv_cache.SUPPORTED after testing it"
+        )
+
 
 @dataclass
 class KVCache:
-    """Keys and values of the tokens seen so far, in buffers allocated once.
+    """One layer's keys and values of the tokens seen so far, in buffers allocated once.
 
     Attributes:
-        k, v: the buffers; only the first ``length`` positions are filled.
+        k, v: the buffers, one slice per key/value head; only the first ``length`` positions
+            are filled (with a window: the last ``min(length, window)`` positions, in a ring).
         real: True for real tokens, False for padding (masks keys, as ``padding_mask`` does).
-        length: how many positions are filled.
-        padded: whether any cached token is padding (if not, a one-token step needs no mask).
+        length: how many tokens have been appended (their positions are 0 .. length - 1).
+        window: keep only the last ``window`` tokens (sliding-window attention); None keeps all.
 
     Shape:
-        k, v: (B, context_length, d); real: (B, context_length)
+        k, v: (B, h_kv, capacity, d_h); real: (B, capacity)
     """
 
     k: torch.Tensor
     v: torch.Tensor
     real: torch.Tensor
     length: int = 0
-    padded: bool = False
+    window: int | None = None
 
     @classmethod
-    def empty(cls, batch: int, context_length: int, d: int, *, device=None,
-              dtype: torch.dtype = torch.float32) -> KVCache:
-        """A cache for ``batch`` sequences of up to ``context_length`` tokens of width ``d``."""
-        k = torch.zeros(batch, context_length, d, device=device, dtype=dtype)
-        real = torch.zeros(batch, context_length, dtype=torch.bool, device=device)
-        return cls(k=k, v=torch.zeros_like(k), real=real)
+    def empty(cls, batch: int, capacity: int, d_head: int, n_kv_heads: int = 1, *,
+              device=None, dtype: torch.dtype = torch.float32,
+              window: int | None = None) -> KVCache:
+        """A cache for ``batch`` sequences: ``capacity`` positions of ``n_kv_heads`` heads."""
+        if window is not None:
+            capacity = min(capacity, window)  # a sliding window never holds more than W tokens
+        k = torch.zeros(batch, n_kv_heads, capacity, d_head, device=device, dtype=dtype)
+        real = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
+        return cls(k=k, v=torch.zeros_like(k), real=real, window=window)
 
     @classmethod
-    def for_module(cls, attn: Attention, batch: int) -> KVCache:
-        """A cache that fits ``attn``: its width, context length, device and dtype."""
+    def for_module(cls, attn: Attention, batch: int, window: int | None = None) -> KVCache:
+        """A cache that fits ``attn``: its heads, head width, context length, device and dtype."""
+        check_supported(attn)
         w = attn.key.weight
-        return cls.empty(batch, attn.context_length, attn.d_model, device=w.device, dtype=w.dtype)
+        return cls.empty(batch, attn.context_length, attn.d_head, attn.n_kv_heads,
+                         device=w.device, dtype=w.dtype, window=window)
 
     @property
     def capacity(self) -> int:
-        return self.k.size(1)
+        return self.k.size(2)
+
+    def nbytes(self) -> int:
+        """Bytes of the key and value buffers: 2 · B · h_kv · capacity · d_h · bytes per number."""
+        return self.k.nbytes + self.v.nbytes
 
     def append(self, k_new: torch.Tensor, v_new: torch.Tensor,
                real_new: torch.Tensor | None = None) -> None:
         """Store the keys and values of ``t`` new tokens after the ones already cached.
 
+        With a window, token p goes to slot ``p % window`` (a ring buffer), overwriting the token
+        that has just left the window.
+
         Shape:
-            k_new, v_new: (B, t, d); real_new: (B, t) or None (all real)
+            k_new, v_new: (B, h_kv, t, d_h); real_new: (B, t) or None (all real)
         """
-        t = k_new.size(1)
-        if self.length + t > self.capacity:
+        t = k_new.size(2)
+        if self.window is None and self.length + t > self.capacity:
             raise ValueError(f"the cache holds {self.capacity} tokens; {self.length} are used "
                              f"and {t} more do not fit")
-        end = self.length + t
-        self.k[:, self.length : end] = k_new
-        self.v[:, self.length : end] = v_new
-        self.real[:, self.length : end] = True if real_new is None else real_new
-        self.padded = self.padded or (real_new is not None and not bool(real_new.all()))
-        self.length = end
+        real_new = True if real_new is None else real_new
+        if self.window is None:
+            slots = slice(self.length, self.length + t)
+        else:
+            slots = torch.arange(self.length, self.length + t, device=self.k.device)
+            slots, keep = slots % self.window, slice(max(0, t - self.window), t)
+            slots = slots[keep]  # of a long prompt only the last W tokens are kept
+            k_new, v_new = k_new[:, :, keep], v_new[:, :, keep]
+            real_new = real_new if isinstance(real_new, bool) else real_new[:, keep]
+        self.k[:, :, slots] = k_new
+        self.v[:, :, slots] = v_new
+        self.real[:, slots] = real_new
+        self.length += t
+
+    def filled(self) -> int:
+        """How many slots hold a token."""
+        return min(self.length, self.capacity)
 
 
 def cached_attention(
@@ -88,10 +140,19 @@ def cached_attention(
     """Attention for ``t`` new tokens, using (and extending) the cache of earlier ones.
 
     Equal, position by position, to ``attn(x_all, padding_mask_all)`` where ``x_all`` is every
-    token fed so far: new query ``i`` sees the cached keys and the new keys up to itself.
+    token fed so far: new query ``i`` sits at position ``start + i`` and sees the cached keys and
+    the new keys up to itself. Three cases, none of which reads a tensor's values:
+
+    * prefill (empty cache): the prompt attends to itself, the fused path of chapter 11;
+    * one new token: it sees every cached key, so only padding is masked, a (B, 1, 1, L) key mask;
+    * ``t > 1`` new tokens after cached ones (chunked prefill): SDPA's ``is_causal`` would align
+      the causal triangle to the top-left corner (query i sees keys 0..i), but query i must see
+      keys 0..start + i (bottom-right), so the causal rows ``start .. start + t`` are passed as a
+      (B, 1, t, L) mask.
 
     Args:
-        attn: the module whose projections (and causal rule) to use.
+        attn: the module whose projections (and heads) to use: an ``Attention`` or a
+            ``MultiHeadAttention`` (grouped-query included); anything else raises TypeError.
         x_new: the new tokens (t = 1 while generating; the whole prompt for the first call).
         cache: the keys and values of the tokens before them; ``x_new``'s are appended.
         padding_mask: True for real tokens among the new ones; None if all are real.
@@ -102,19 +163,77 @@ def cached_attention(
     Shape:
         x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
     """
+    check_supported(attn)
+    if x_new.dtype != cache.k.dtype:
+        raise TypeError(f"x_new has dtype {x_new.dtype} but the cache (and the module) hold "
+                        f"{cache.k.dtype}; convert with x_new.to({cache.k.dtype})")
     t, start = x_new.size(1), cache.length
-    q = attn.query(x_new)  # (B, t, d): only the new tokens are projected
-    cache.append(attn.key(x_new), attn.value(x_new), padding_mask)
-    k, v = cache.k[:, : cache.length], cache.v[:, : cache.length]  # (B, L, d) with L = start + t
-    if t == 1 and not cache.padded:
-        # One new token sees every cached key and none is padding: no mask at all, so the
-        # fused kernel does steps 2 to 6 in one call (4-D for the CPU flash kernel).
-        return F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None])[:, 0]
-    # New query i sits at position start + i and may see keys 0 .. start + i.
-    causal = attn.mask[start : start + t, : cache.length]  # (t, L), True = blocked
-    blocked = blocked_positions(causal, cache.real[:, : cache.length])  # (B, t, L)
-    scores = scale_scores(attention_scores(q, k), q.size(-1))  # (B, t, L)
-    return weighted_sum(masked_softmax(scores, blocked), v)  # (B, t, d)
+    q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
+    if cache.window is not None:
+        return attn.merge(_window_step(q, k_new, v_new, cache, padding_mask))
+    cache.append(k_new, v_new, padding_mask)
+    gqa = cache.k.size(1) != q.size(1)
+    L = cache.length
+    k, v = cache.k[:, :, :L], cache.v[:, :, :L]  # (B, h_kv, L, d_h)
+    if start == 0:  # prefill: the prompt attends to itself (is_causal + key mask)
+        heads = fused_attention(q, k, v, padding_mask)
+    elif t == 1:  # one new token sees every cached key: only padding is masked
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(cache.real[:, :L]),
+                                               enable_gqa=gqa)
+    else:  # chunked prefill: the causal rows start .. start + t, aligned bottom-right
+        allowed = ~attn.mask[start:L, :L] & key_mask(cache.real[:, :L])  # (B, 1, t, L)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
+    return attn.merge(heads)  # (B, t, d)
+
+
+def _window_step(q, k_new, v_new, cache: KVCache, padding_mask):
+    """Sliding-window attention of the new tokens: prefill (empty cache) or one token.
+
+    Shape:
+        q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h) -> (B, h, t, d_h)
+    """
+    t, start, W = q.size(2), cache.length, cache.window
+    if start == 0:  # the prompt: explicit banded attention over itself, then keep its last W
+        out = window_attention(q, k_new, v_new, W, padding_mask)
+    elif t == 1:  # every slot in the ring holds one of the W most recent tokens
+        cache.append(k_new, v_new, padding_mask)
+        n = cache.filled()
+        k, v = cache.k[:, :, :n], cache.v[:, :, :n]  # order in the ring does not matter
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(cache.real[:, :n]),
+                                             enable_gqa=k.size(1) != q.size(1))
+        return out
+    else:
+        raise NotImplementedError("a sliding-window cache takes the prompt in one call, then "
+                                  "one token per call")
+    cache.append(k_new, v_new, padding_mask)
+    return out
+
+
+def window_mask(T: int, window: int, device=None) -> torch.Tensor:
+    """Sliding-window causal mask: True (blocked) where key j is in the future of query i or
+    at least ``window`` positions behind it, so query i sees keys i - window + 1 .. i.
+
+    Shape:
+        () -> (T, T)
+    """
+    i = torch.arange(T, device=device)[:, None]
+    return causal_mask(T, device=device) | (i - torch.arange(T, device=device)[None, :] >= window)
+
+
+def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+                     padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """The explicit definition of sliding-window attention: steps 2 to 6 with a banded mask.
+
+    Shape:
+        q: (B, h, T, d_h), k, v: (B, h_kv, T, d_h); padding_mask: (B, T) -> (B, h, T, d_h)
+    """
+    if k.size(1) != q.size(1):
+        k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
+    blocked = window_mask(q.size(2), window, device=q.device)  # (T, T)
+    if padding_mask is not None:
+        blocked = blocked | ~padding_mask[:, None, None, :]  # (B, 1, T, T)
+    scores = scale_scores(attention_scores(q, k), q.size(-1))  # (B, h, T, T)
+    return weighted_sum(masked_softmax(scores, blocked), v)
 
 
 @torch.no_grad()
@@ -128,10 +247,11 @@ def generate(
     """Feed each output back as the next input, ``steps`` times (a stand-in for a language model).
 
     A real model maps the output to a token and embeds it; here ``next_input`` does both, so
-    the loop has the shape of generation without a vocabulary.
+    the loop has the shape of generation without a vocabulary (:meth:`attnbook.TinyModel.generate`
+    is the real thing).
 
     Args:
-        attn: the attention module.
+        attn: the attention module (``Attention`` or ``MultiHeadAttention``).
         prompt: the first tokens.
         steps: how many tokens to generate.
         next_input: output of the last token -> the next token's vector.
@@ -160,3 +280,13 @@ def generate(
             y = attn(seq)[:, -1:]  # every earlier token recomputed, only the last row kept
             outputs.append(y)
     return torch.cat(outputs, dim=1)
+
+
+def kv_cache_bytes(n_layers: int, batch: int, n_kv_heads: int, length: int, d_head: int,
+                   bytes_per_number: int = 4) -> int:
+    """Bytes of a model's KV cache: keys and values, every layer, every key/value head.
+
+    2 · n_layers · B · h_kv · T · d_h · bytes. Multi-head attention has h_kv = h; grouped-query
+    attention divides the cache by h / h_kv; multi-query attention (h_kv = 1) by h.
+    """
+    return 2 * n_layers * batch * n_kv_heads * length * d_head * bytes_per_number

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .kv_cache import KVCache, cached_attention
 from .multihead import MultiHeadAttention
 
 
@@ -31,6 +32,9 @@ class TinyConfig:
         n_layers: number of blocks.
         mlp: give each block an MLP (d -> 4d -> d) after its attention.
         positions: add learned position embeddings (without them the model cannot tell order).
+        fused: run attention on the fused path (chapter 11) unless weights are asked for.
+        n_kv_heads: key/value heads per layer (grouped-query attention, chapter 13); None
+            means one per query head.
     """
 
     vocab_size: int
@@ -40,31 +44,43 @@ class TinyConfig:
     n_layers: int = 2
     mlp: bool = True
     positions: bool = True
+    fused: bool = True
+    n_kv_heads: int | None = None
 
 
 class Block(nn.Module):
     """One pre-norm block: x + attention(norm(x)), then x + mlp(norm(x)).
 
     Shape:
-        x: (B, T, d) -> (B, T, d), and the attention weights (B, h, T, T)
+        x: (B, T, d) -> (B, T, d), and with ``return_weights=True`` the attention weights
+        (B, h, T, T)
     """
 
     def __init__(self, config: TinyConfig):
         super().__init__()
         d = config.d_model
         self.norm1 = nn.LayerNorm(d)
-        self.attn = MultiHeadAttention(d, config.context_length, config.n_heads)
+        self.attn = MultiHeadAttention(d, config.context_length, config.n_heads,
+                                       fused=config.fused, n_kv_heads=config.n_kv_heads)
         self.mlp = None
         if config.mlp:
             self.norm2 = nn.LayerNorm(d)
             self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        a, weights = self.attn(self.norm1(x), return_weights=True)  # (B, T, d), (B, h, T, T)
+    def forward(self, x: torch.Tensor, *, return_weights: bool = False,
+                cache: KVCache | None = None):
+        """One block; with ``cache``, ``x`` holds only the new tokens (:meth:`TinyModel.step`)."""
+        weights = None
+        if cache is not None:
+            a = cached_attention(self.attn, self.norm1(x), cache)  # (B, t, d)
+        elif return_weights:  # the weights exist only on the explicit path
+            a, weights = self.attn(self.norm1(x), return_weights=True)  # (B, T, d), (B, h, T, T)
+        else:
+            a = self.attn(self.norm1(x))  # (B, T, d), fused unless config.fused is False
         x = x + a  # the residual: attention adds to the token's vector
         if self.mlp is not None:
             x = x + self.mlp(self.norm2(x))  # (B, T, d)
-        return x, weights
+        return (x, weights) if return_weights else x
 
 
 class TinyModel(nn.Module):
@@ -89,12 +105,13 @@ class TinyModel(nn.Module):
         self.norm = nn.LayerNorm(config.d_model)
         self.readout = nn.Linear(config.d_model, config.vocab_size)
 
-    def embed(self, idx: torch.Tensor) -> torch.Tensor:
-        """Token vector plus the vector of its position: (B, T) -> (B, T, d)."""
+    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token vector plus the vector of its position (``start`` onwards): (B, T) -> (B, T, d)."""
         x = self.tokens(idx)  # (B, T, d)
         if self.positions is not None:
             T = idx.size(1)
-            x = x + self.positions(torch.arange(T, device=idx.device))  # (T, d) broadcasts
+            pos = torch.arange(start, start + T, device=idx.device)
+            x = x + self.positions(pos)  # (T, d) broadcasts
         return x
 
     def forward(self, idx: torch.Tensor, *, return_weights: bool = False):
@@ -111,10 +128,67 @@ class TinyModel(nn.Module):
         x = self.embed(idx)  # (B, T, d)
         weights = []
         for block in self.blocks:
-            x, w = block(x)  # (B, T, d), (B, h, T, T)
-            weights.append(w)
+            if return_weights:
+                x, w = block(x, return_weights=True)  # (B, T, d), (B, h, T, T)
+                weights.append(w)
+            else:
+                x = block(x)  # (B, T, d): no (T, T) weights formed on the fused path
         logits = self.readout(self.norm(x))  # (B, T, V)
         return (logits, weights) if return_weights else logits
+
+    def new_caches(self, batch: int, window: int | None = None) -> list[KVCache]:
+        """One empty KV cache per layer, (B, h_kv, context_length, d_h) each."""
+        return [KVCache.for_module(block.attn, batch, window=window) for block in self.blocks]
+
+    def step(self, idx_new: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """Logits of the new tokens only, attending over each layer's cache (and extending it).
+
+        The new tokens sit at positions ``caches[0].length`` onwards.
+
+        Shape:
+            idx_new: (B, t) -> (B, t, V)
+        """
+        x = self.embed(idx_new, start=caches[0].length)  # (B, t, d)
+        for block, cache in zip(self.blocks, caches):
+            x = block(x, cache=cache)  # (B, t, d)
+        return self.readout(self.norm(x))  # (B, t, V)
+
+    @torch.no_grad()
+    def generate(self, prompt: torch.Tensor, n: int, use_cache: bool = True) -> torch.Tensor:
+        """Append ``n`` tokens to ``prompt``, each the most likely next token (greedy decoding).
+
+        Args:
+            prompt: token ids to start from.
+            n: how many tokens to generate.
+            use_cache: run the prompt once and then one token per step through a KV cache per
+                layer; ``False`` reruns the whole sequence every step (the same tokens, slower).
+
+        Returns:
+            The prompt followed by the ``n`` generated tokens.
+
+        Shape:
+            prompt: (B, t0) -> (B, t0 + n), with t0 + n <= context_length
+        """
+        t0 = prompt.size(1)
+        if t0 < 1 or t0 + n > self.config.context_length:
+            raise ValueError(f"prompt length {t0} plus n={n} tokens must be between 1 and "
+                             f"context_length={self.config.context_length}")
+        was_training = self.training
+        self.eval()
+        seq = prompt
+        if use_cache:
+            caches = self.new_caches(prompt.size(0))
+            logits = self.step(prompt, caches)[:, -1]  # (B, V): prefill, the prompt in one call
+            for _ in range(n):
+                nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                seq = torch.cat([seq, nxt], dim=1)
+                logits = self.step(nxt, caches)[:, -1]  # one token through every layer
+        else:
+            for _ in range(n):
+                nxt = self(seq)[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
+                seq = torch.cat([seq, nxt], dim=1)
+        self.train(was_training)
+        return seq
 
     def num_parameters(self) -> int:
         """Number of trained parameters (the causal masks are buffers, not counted)."""

@@ -46,27 +46,42 @@ class MultiHeadAttention(Attention):
     single-head module (and the seed's) computes.
     """
 
-    def __init__(self, d_model: int, context_length: int, n_heads: int, fused: bool = False):
+    def __init__(self, d_model: int, context_length: int, n_heads: int, fused: bool = False,
+                 n_kv_heads: int | None = None):
         super().__init__(d_model, context_length, fused=fused)
         if n_heads < 1 or d_model % n_heads != 0:
             raise ValueError(
                 f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
                 f"gets d_model / n_heads features (try n_heads in {_divisors(d_model)})"
             )
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if n_kv_heads < 1 or n_heads % n_kv_heads != 0:
+            raise ValueError(
+                f"n_kv_heads={n_kv_heads} must be a positive divisor of n_heads={n_heads}: each "
+                f"key/value head serves n_heads / n_kv_heads query heads "
+                f"(try n_kv_heads in {_divisors(n_heads)})"
+            )
         self.n_heads = n_heads
+        self.n_kv_heads = n_kv_heads
         self.d_head = d_model // n_heads
+        if n_kv_heads != n_heads:
+            # Grouped-query attention: keys and values get n_kv_heads heads of width d_h, so
+            # their projections (and the KV cache) shrink by n_heads / n_kv_heads.
+            self.key = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
+            self.value = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
         # W_o mixes the heads' outputs back into one d-wide vector per token.
         self.out = nn.Linear(d_model, d_model, bias=False)
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        """Cut the last dimension into h contiguous slices of width d_h, one per head.
+        """Cut the last dimension into contiguous slices of width d_h, one per head.
 
         Shape:
-            (B, T, d) -> (B, h, T, d_h)
+            (B, T, h * d_h) -> (B, h, T, d_h); keys and values of grouped-query attention
+            have h_kv heads: (B, T, h_kv * d_h) -> (B, h_kv, T, d_h)
         """
-        B, T, _ = x.shape
-        # View first (features d = h * d_h, head-major), then move heads before tokens.
-        return x.view(B, T, self.n_heads, self.d_head).transpose(1, 2)  # (B, h, T, d_h)
+        B, T, width = x.shape
+        # View first (features = heads * d_h, head-major), then move heads before tokens.
+        return x.view(B, T, width // self.d_head, self.d_head).transpose(1, 2)
 
     def merge_heads(self, x: torch.Tensor) -> torch.Tensor:
         """Concatenate the heads' outputs side by side: the inverse of :meth:`split_heads`.
@@ -97,21 +112,37 @@ class MultiHeadAttention(Attention):
         Shape:
             x: (B, T, d_model), padding_mask: (B, T) -> (B, T, d_model)
         """
-        B, T, d = check_input(x, self.d_model, self.context_length)
+        B, T, d = check_input(x, self.d_model, self.context_length, self.query.weight.dtype)
         if padding_mask is not None:
             check_padding_mask(padding_mask, B, T)
 
-        q = self.split_heads(self.query(x))  # (B, h, T, d_h)
-        k = self.split_heads(self.key(x))  # (B, h, T, d_h)
-        v = self.split_heads(self.value(x))  # (B, h, T, d_h)
+        q, k, v = self.project_heads(x)  # (B, h, T, d_h), (B, h_kv, T, d_h) twice
         # The fused kernel never forms the weights: asking for them takes the explicit path.
         fused = self.fused and not return_weights
         heads, weights = self.attend(q, k, v, padding_mask, fused=fused)  # (B, h, T, d_h), ...
-        out = self.out(self.merge_heads(heads))  # (B, T, d)
+        out = self.merge(heads)  # (B, T, d)
         return (out, weights) if return_weights else out
 
+    def project_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Step 1 and the split: queries, keys and values, one slice per head.
+
+        Shape:
+            x: (B, T, d) -> q: (B, h, T, d_h), k and v: (B, h_kv, T, d_h)
+        """
+        return (self.split_heads(self.query(x)), self.split_heads(self.key(x)),
+                self.split_heads(self.value(x)))
+
+    def merge(self, heads: torch.Tensor) -> torch.Tensor:
+        """After step 6: concatenate the heads and mix them with the output projection.
+
+        Shape:
+            (B, h, T, d_h) -> (B, T, d)
+        """
+        return self.out(self.merge_heads(heads))
+
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, n_heads={self.n_heads}, d_head={self.d_head}, "
+        kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else ""
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}{kv}, d_head={self.d_head}, "
                 f"fused={self.fused}")
 
 
@@ -131,6 +162,10 @@ def to_torch_multihead(m: MultiHeadAttention) -> nn.MultiheadAttention:
     Shape:
         the module maps (B, T, d_model) -> (B, T, d_model), like ``m``.
     """
+    if m.n_kv_heads != m.n_heads:
+        raise ValueError("nn.MultiheadAttention has no grouped-query form: build the reference "
+                         f"from a module with n_kv_heads = n_heads (got {m.n_kv_heads} and "
+                         f"{m.n_heads})")
     ref = nn.MultiheadAttention(m.d_model, m.n_heads, bias=False, batch_first=True)
     ref = ref.to(device=m.query.weight.device, dtype=m.query.weight.dtype)
     with torch.no_grad():

@@ -81,11 +81,17 @@ def tiled_attention(
 
     Returns:
         The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding. A query
-        with no visible key outputs zeros.
+        with no visible key outputs zeros. T = 0 gives an empty result.
+
+    Raises:
+        TypeError: if q, k and v do not share one dtype (named in the message).
 
     Shape:
         q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
     """
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and "
+                        f"{v.dtype}; convert them with .to({q.dtype})")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and recompute:
         return TiledAttention.apply(q, k, v, padding_mask, causal, block_size)

@@ -43,7 +43,8 @@ def masked_softmax(scores: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
         visible. Same dtype as ``scores``; float16/bfloat16 are computed in float32.
 
     Shape:
-        scores: (B, T, T), blocked: (T, T) or (B, T, T) -> (B, T, T)
+        scores: (B, T, T) or (B, h, T, T); blocked: (T, T), (B, T, T) or (B, 1, T, T)
+        -> same as scores
     """
     out_dtype = scores.dtype
     if out_dtype in _UPCAST:

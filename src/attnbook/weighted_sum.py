@@ -14,9 +14,9 @@ def weighted_sum(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
     Returns:
         ``out[..., i, :] = sum_j weights[..., i, j] * v[..., j, :]``: a convex combination
-        of the visible values.
+        of the visible values, or the zero vector for an all-zero row of weights.
 
     Shape:
-        weights: (B, T, T), v: (B, T, d) -> (B, T, d)
+        weights: (B, T, T), v: (B, T, d) -> (B, T, d); with heads (B, h, T, T), (B, h, T, d_h)
     """
     return weights @ v  # (B, T, T) @ (B, T, d) -> (B, T, d)
