@@ -275,3 +275,25 @@ def test_sdpa_turns_a_bool_mask_into_a_float_mask_before_the_cpu_flash_kernel():
     mask = kwargs["attn_mask"]
     assert mask.dtype == torch.float32 and mask.shape == (2, 1, 8, 8)
     assert torch.equal(mask == 0, allowed) and bool(mask[~allowed].eq(float("-inf")).all())
+
+
+def test_both_masks_raise_on_the_meta_device():
+    """Chapter 11: the meta device takes the math kernel's checks, so the fused path uses the
+    general route (one merged mask) on every device other than the CPU."""
+    q, k, v = (torch.empty(2, 1, 5, 4, device="meta") for _ in range(3))
+    key = torch.ones(2, 1, 1, 5, dtype=torch.bool, device="meta")
+    with pytest.raises(RuntimeError, match=CAUSAL_THEN_MASK):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=key, is_causal=True)
+
+
+def test_key_mask_with_is_causal_keeps_the_flash_kernel():
+    """Chapter 11: a (B, 1, 1, T) key mask beside is_causal runs the CPU flash kernel, forward
+    and backward, and equals the merged (B, 1, T, T) mask."""
+    q, k, v = qkv((2, 1, 16, 8), grad=True)
+    key = torch.ones(2, 1, 1, 16, dtype=torch.bool)
+    key[0, ..., :5] = False
+    names = ops_forward_backward(q, k, v, attn_mask=key, is_causal=True)
+    assert f"{FLASH}.default" in names and f"{FLASH}_backward.default" in names
+    merged = torch.ones(16, 16, dtype=torch.bool).tril() & key
+    both = F.scaled_dot_product_attention(q, k, v, attn_mask=key, is_causal=True)
+    torch.testing.assert_close(both, F.scaled_dot_product_attention(q, k, v, attn_mask=merged))
