@@ -18,6 +18,15 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def one_thread():
+    """Tiny matrices train far faster on one thread (and reproducibly)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def random_padding(B: int, T: int, side: str = "right", generator=None) -> torch.Tensor:
     """A (B, T) bool mask, True = real, with at least one real token per sequence."""
     lengths = torch.randint(1, T + 1, (B,), generator=generator)

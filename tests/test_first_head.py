@@ -10,15 +10,6 @@ import torch
 from attnbook.first_head import FirstHead, previous_token_weight, train_first_head
 
 
-@pytest.fixture
-def one_thread():
-    """Tiny matrices train faster on one thread (and reproducibly)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_shapes_and_the_map():
     torch.manual_seed(0)
     model = FirstHead(vocab_size=7, context_length=9, d_model=8)

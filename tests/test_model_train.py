@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 import torch
 
 from attnbook.model import TinyConfig, TinyModel
 from attnbook.multihead import MultiHeadAttention
 from attnbook.tasks import get_task
 from attnbook.train import evaluate, sequence_loss, train
-
-
-@pytest.fixture
-def one_thread():
-    """Tiny matrices train far faster on one thread (and reproducibly)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_model_shapes_and_weights():
