@@ -8,8 +8,10 @@
  *    too and the page needs no other host.
  * 2. ipywidgets 8 controls typeset their labels with the MathJax 2 API (MathJax.Hub.Queue); the
  *    site runs MathJax 3, so a small MathJax.Hub forwards those calls to MathJax.typesetPromise.
- * 3. Below each widget with controls, a note says that this is the saved default view and that
- *    moving the controls needs a live kernel, with a link that opens the lab in Colab.
+ * 3. Below each widget with controls that are not precomputed, a note says that this is the saved
+ *    default view and that moving the controls needs a live kernel, with a link that opens the lab
+ *    in Colab. Widgets made by attnbook.static_widgets.static_interact (a VBox with the class
+ *    attnbook-static-interact) need no note: every view is stored and the controls switch them.
  */
 (function () {
   "use strict";
@@ -71,6 +73,12 @@
     }
   }
 
+  function isStatic(state, modelId) {
+    var model = state[modelId];
+    var classes = (model && model.state && model.state._dom_classes) || [];
+    return classes.indexOf("attnbook-static-interact") >= 0;
+  }
+
   function hasControls(state, modelId, seen) {
     var model = state[modelId];
     if (!model || seen[modelId]) return false;
@@ -102,7 +110,8 @@
       } catch (err) {
         continue;
       }
-      if (seen.indexOf(output) >= 0 || !hasControls(state, modelId, {})) continue;
+      if (seen.indexOf(output) >= 0 || isStatic(state, modelId)) continue;
+      if (!hasControls(state, modelId, {})) continue;
       seen.push(output);
       var note = document.createElement("p");
       note.className = "attnbook-widget-note";

@@ -61,3 +61,11 @@ def test_cosines():
     for phrase, answer in cases.items():
         fb = check_cosines(answer, q, k)
         assert not fb.ok and phrase in fb.message, (phrase, fb.message)
+
+
+def test_dot_T_on_a_3d_tensor_is_deprecated_not_an_error():
+    """Chapter 2's transpose exercise: `.T` on a batch warns (deprecated) and reverses all dims."""
+    x = torch.randn(2, 5, 3)
+    with pytest.warns(UserWarning, match="deprecated"):
+        y = x.T
+    assert y.shape == (3, 5, 2)

@@ -149,3 +149,36 @@ def test_tiny_model_trains_on_the_fused_path_and_forms_weights_only_when_asked()
     with Ops() as log:
         _, weights = model(idx, return_weights=True)
     assert FLASH not in log.names and len(weights) == 2 and weights[0].shape == (2, 4, T, T)
+
+
+class FlashArgs(TorchDispatchMode):
+    """The shapes of the tensors the CPU flash kernel receives, forward and backward."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self.names = [], []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.__name__.split(".")[0]
+        self.names.append(name)
+        if name.startswith(FLASH):
+            self.calls.append((name, [tuple(a.shape) for a in args
+                                      if isinstance(a, torch.Tensor)]))
+        return func(*args, **(kwargs or {}))
+
+
+def test_grouped_query_keys_reach_the_kernel_without_copies():
+    """Chapter 13: with n_kv_heads < h, k and v reach the kernel with h_kv heads (no repeat)."""
+    B, T, d, h, h_kv = 2, 16, 32, 4, 2
+    m = MultiHeadAttention(d, T, h, fused=True, n_kv_heads=h_kv)
+    x = torch.randn(B, T, d, requires_grad=True)
+    with FlashArgs() as log:
+        m(x).sum().backward()
+    forward = [shapes for name, shapes in log.calls if name == FLASH]
+    backward = [shapes for name, shapes in log.calls if name == f"{FLASH}_backward"]
+    assert forward and backward
+    q_shape, kv_shape = (B, h, T, d // h), (B, h_kv, T, d // h)
+    assert forward[0][:3] == [q_shape, kv_shape, kv_shape]
+    assert kv_shape in backward[0] and q_shape in backward[0]
+    assert not {"repeat_interleave", "repeat", "expand_copy", "clone", "copy_",
+                "index_select"} & set(log.names)

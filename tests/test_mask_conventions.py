@@ -275,6 +275,9 @@ def test_empty_row_in_each_api():
         "SDPA, CPU flash kernel (4-D)": sdpa(q[:, None], k[:, None], v[:, None],
                                              attn_mask=to_sdpa_mask(blocked)[:, None])[:, 0],
         "SDPA, float mask": sdpa(q, k, v, attn_mask=to_additive_mask(blocked, dtype=q.dtype)),
+        "SDPA, float mask, CPU flash kernel (4-D)": sdpa(
+            q[:, None], k[:, None], v[:, None],
+            attn_mask=to_additive_mask(blocked, dtype=q.dtype)[:, None])[:, 0],
         "MHA, need_weights=False": mha_copy_of(m)(
             x, x, x, attn_mask=m.mask, key_padding_mask=to_key_padding_mask(pad),
             need_weights=False)[0],

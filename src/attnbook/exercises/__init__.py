@@ -83,3 +83,80 @@ def check_number(answer, right: float, mistakes: Mapping[str, float] | None = No
     return check_tensor(answer, as_tensor(right),
                         {k: as_tensor(v) for k, v in (mistakes or {}).items()},
                         name=name, atol=0.0, rtol=rtol)
+
+
+# The registry of diagnoses: read from the checkers' own source, so it never goes stale.
+
+
+def _text(node) -> str | None:
+    """A string literal, f-string (placeholders shown as ⟨expr⟩) or sum of them, as text."""
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value if isinstance(v, ast.Constant) else f"⟨{ast.unparse(v.value)}⟩"
+                       for v in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = _text(node.left), _text(node.right)
+        return None if left is None or right is None else left + right
+    return None
+
+
+def _diagnoses_of(function) -> list[str]:
+    """The mistakes one ``check_*`` function names: its ``mistakes`` keys and its own verdicts."""
+    import ast
+    import inspect
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    found: list[tuple[int, int, str]] = []  # (line, column, text): in source order
+
+    def add(node):
+        text = _text(node)
+        if text and not text.startswith(("Correct", "Not yet: ⟨")):
+            found.append((node.lineno, node.col_offset, text.removeprefix("Not yet: ").strip()))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):  # a dict literal of mistakes
+            for key in node.keys:
+                if key is not None and _text(key):
+                    add(key)
+        elif isinstance(node, ast.Assign):  # mistakes["..."] = ...
+            for target in node.targets:
+                if isinstance(target, ast.Subscript) and _text(target.slice):
+                    add(target.slice)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+              and node.func.id == "Feedback" and len(node.args) == 2
+              and isinstance(node.args[0], ast.Constant) and node.args[0].value is False):
+            add(node.args[1])  # a verdict the check gives itself
+    texts: list[str] = []
+    for _, _, text in sorted(found):
+        if text not in texts:
+            texts.append(text)
+    return texts
+
+
+def diagnoses(module: str | None = None) -> dict[str, dict[str, list[str]]]:
+    """Every checker's recognised mistakes, read from its source.
+
+    Args:
+        module: one chapter module (e.g. ``"scaling"``); None for all of them.
+
+    Returns:
+        {module: {check name: [description of each mistake it recognises]}}; ⟨expr⟩ marks
+        a part of a message that the check fills in (a width, a length).
+    """
+    import importlib
+    import inspect
+    import pkgutil
+
+    names = [module] if module else sorted(m.name for m in pkgutil.iter_modules(__path__))
+    registry = {}
+    for name in names:
+        mod = importlib.import_module(f"{__name__}.{name}")
+        checks = {n: f for n, f in inspect.getmembers(mod, inspect.isfunction)
+                  if n.startswith("check_") and f.__module__ == mod.__name__}
+        registry[name] = {n: _diagnoses_of(f) for n, f in sorted(
+            checks.items(), key=lambda item: inspect.getsourcelines(item[1])[1])}
+    return registry

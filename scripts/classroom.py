@@ -1,0 +1,263 @@
+"""The classroom edition: student and instructor notebooks and Otter-Grader autograders, from the labs.
+
+Usage: python scripts/classroom.py [--out _build/classroom] [notebooks/NN_name.ipynb ...]
+
+The labs stay the single source. In a lab, an exercise is a code cell that sets a variable to
+``...`` and calls a ``check_*`` function from ``attnbook.exercises``; its solution is a later
+cell made by ``scripts/nbtools.py``'s ``solution()`` (first line ``# @title Solution``, tag
+``hide-input``). For every lab this writes::
+
+    OUT/student/NN_name.ipynb      solution cells removed, exercises left with ... and their checks
+    OUT/instructor/NN_name.ipynb   the lab with its solutions, plus a grading-notes cell at the top
+    OUT/autograder/NN_name.zip     Otter-Grader's autograder (``otter generate``): one test per
+                                   exercise, which calls the lab's own check and fails with its
+                                   diagnosis
+    OUT/tests/NN_name/*.py         the tests inside that zip, readable
+
+The cell where an exercise is complete (the exercise cell in the student edition, its solution
+in the instructor edition) carries Otter's cell metadata ``{"otter": {"tests": [name]}}``, so
+Otter grades the exercise right after that cell runs (the labs reuse the name ``answer``). The
+grading script puts that metadata back when an editor (Colab) drops it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import copy
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT = ROOT / "_build" / "classroom"
+SOLUTION_TITLE = "# @title Solution"
+HIDDEN_NOTE = "The solution is hidden; click to show it."
+PLACEHOLDER = re.compile(r"^(\w+) = \.\.\.", re.M)
+OTTER_KEY = "otter"
+
+
+@dataclass
+class Exercise:
+    """One graded exercise of a lab."""
+
+    name: str  # the Otter question name: the check's name without check_, unique in the lab
+    check: str  # e.g. "check_scaled_scores"
+    module: str  # e.g. "attnbook.exercises.scaling"
+    call: str  # the lab's check call, e.g. "check_scaled_scores(answer, q, k)"
+    cell: int  # index of the exercise cell in the lab
+    variable: str  # the variable the learner fills in, e.g. "answer"
+    solutions: list[int] = field(default_factory=list)  # indices of its solution cells
+    points: int = 1
+
+
+def is_solution(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(SOLUTION_TITLE)
+
+
+def _imports(source: str) -> dict[str, str]:
+    """check name -> module, from ``from attnbook.exercises.X import check_a, check_b``."""
+    found = {}
+    for m in re.finditer(r"from\s+(attnbook\.exercises\.\w+)\s+import\s+\(?([\w\s,]+)\)?", source):
+        for name in re.split(r"[\s,]+", m.group(2).strip()):
+            if name.startswith("check_"):
+                found[name] = m.group(1)
+    return found
+
+
+def _check_call(source: str) -> tuple[str, str] | None:
+    """The first top-level ``check_*(...)`` call of a cell (maybe inside print): name, source."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id.startswith("check_")):
+            return node.func.id, ast.get_source_segment(source, node)
+    return None
+
+
+def find_exercises(nb) -> list[Exercise]:
+    """The exercises of a lab, each with its solution cells."""
+    imports: dict[str, str] = {}
+    exercises: list[Exercise] = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        imports.update(_imports(cell.source))
+        if is_solution(cell):
+            if exercises:
+                exercises[-1].solutions.append(i)
+            continue
+        placeholder = PLACEHOLDER.search(cell.source)
+        call = _check_call(cell.source)
+        if not placeholder or not call:
+            continue
+        check, source = call
+        names = {e.name for e in exercises}
+        name, n = check.removeprefix("check_"), 2
+        while name in names:
+            name, n = f"{check.removeprefix('check_')}_{n}", n + 1
+        exercises.append(Exercise(name, check, imports.get(check, "attnbook.exercises"),
+                                  source, i, placeholder.group(1)))
+    return exercises
+
+
+def _calls(cell, check: str) -> bool:
+    return cell.cell_type == "code" and re.search(rf"\b{check}\(", cell.source) is not None
+
+
+def retag(nb, exercises: list[Exercise]) -> int:
+    """Put Otter's metadata on the cell where each exercise is complete, matched by its check.
+
+    The graded cell is the last cell of the exercise's block (from the first cell that calls its
+    check to the next exercise) that calls the check: the exercise cell in a student's notebook,
+    the solution cell in the instructor edition. This also repairs notebooks whose editor
+    (Colab) dropped the metadata. Returns how many exercises were found.
+    """
+    for cell in nb.cells:
+        cell.metadata.pop(OTTER_KEY, None)
+    starts, pos = [], 0
+    for ex in exercises:
+        start = next((i for i in range(pos, len(nb.cells)) if _calls(nb.cells[i], ex.check)), None)
+        starts.append(start)
+        pos = start + 1 if start is not None else pos
+    for k, ex in enumerate(exercises):
+        if starts[k] is None:
+            continue
+        end = next((s for s in starts[k + 1:] if s is not None), len(nb.cells))
+        last = max(i for i in range(starts[k], end) if _calls(nb.cells[i], ex.check))
+        nb.cells[last].metadata[OTTER_KEY] = {"tests": [ex.name]}
+    return sum(s is not None for s in starts)
+
+
+def student_edition(nb, exercises: list[Exercise]):
+    """The lab without its solution cells (and without the notes that point at them)."""
+    nb = copy.deepcopy(nb)
+    drop = {i for ex in exercises for i in ex.solutions}
+    drop |= {i for i, c in enumerate(nb.cells) if is_solution(c)}
+    cells = []
+    for i, cell in enumerate(nb.cells):
+        if i in drop:
+            continue
+        if cell.cell_type == "markdown" and HIDDEN_NOTE in cell.source:
+            cell.source = cell.source.replace(HIDDEN_NOTE, "").strip()
+            if not cell.source:
+                continue
+        cells.append(cell)
+    nb.cells = cells
+    retag(nb, exercises)
+    title = nbformat.v4.new_markdown_cell(
+        "**Student edition.** Fill in each `...` of the exercises and run the check below it: it "
+        "says whether your answer is right and, if not, which mistake it looks like. Hand in this "
+        "notebook (`.ipynb`) with its file name unchanged.")
+    nb.cells.insert(1, title)
+    return nb
+
+
+def grading_notes(exercises: list[Exercise]) -> str:
+    """The instructor edition's first cell: what is graded and which mistakes are recognised."""
+    from attnbook.exercises import diagnoses
+
+    lines = ["**Instructor edition: grading notes.** Each exercise is worth its points when the "
+             "lab's own check accepts the answer at that point of the notebook (Otter-Grader runs "
+             "the check right after the exercise cell). Recognised mistakes are reported to the "
+             "student in the feedback.", ""]
+    for ex in exercises:
+        module = ex.module.rsplit(".", 1)[-1]
+        known = diagnoses().get(module, {}).get(ex.check, [])
+        lines.append(f"- `{ex.name}` ({ex.points} point{'s' if ex.points != 1 else ''}): "
+                     f"`{ex.call}`; {len(known)} recognised mistakes")
+    return "\n".join(lines)
+
+
+def instructor_edition(nb, exercises: list[Exercise]):
+    nb = copy.deepcopy(nb)
+    retag(nb, exercises)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(grading_notes(exercises)))
+    return nb
+
+
+TEST_TEMPLATE = '''"""Otter-Grader test for the exercise {name!r} of {lab}: the lab's own check, worth {points}."""
+
+from otter.test_files import test_case
+
+OK_FORMAT = False
+
+name = {name!r}
+points = {points}
+
+
+@test_case(points={points}, hidden=False)
+def test_{name}(env):
+    from {module} import {check}
+
+    if {variable!r} not in env:
+        raise AssertionError("Not graded: the variable {variable} is not defined at this point "
+                             "(was the exercise cell deleted or not run?)")
+    feedback = eval({call!r}, dict(env, {check}={check}))
+    assert feedback.ok, feedback.message
+'''
+
+
+def write_tests(lab: str, exercises: list[Exercise], folder: Path) -> None:
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    for ex in exercises:
+        (folder / f"{ex.name}.py").write_text(TEST_TEMPLATE.format(
+            lab=lab, name=ex.name, points=ex.points, module=ex.module, check=ex.check,
+            call=ex.call, variable=ex.variable), encoding="utf-8")
+    manifest = [{"name": e.name, "check": e.check, "module": e.module, "call": e.call,
+                 "points": e.points} for e in exercises]
+    (folder / "exercises.json").write_text(json.dumps(manifest, indent=1) + "\n")
+
+
+def otter_generate(tests: Path, zip_path: Path) -> None:
+    """``otter generate`` in an empty folder, so no stray requirements.txt is picked up."""
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(tests, Path(tmp) / "tests", ignore=shutil.ignore_patterns("*.json"))
+        subprocess.run([sys.executable, "-m", "otter", "generate", "-t", "tests", "-o",
+                        str(zip_path.resolve()), "--no-requirements", "--no-environment",
+                        "--no-config"], cwd=tmp, check=True, capture_output=True, text=True)
+
+
+def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT) -> dict[str, list[Exercise]]:
+    """Write the editions and autograders of ``labs`` (default: every lab) into ``out``."""
+    labs = labs or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    for sub in ("student", "instructor", "autograder", "tests"):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    built = {}
+    for path in labs:
+        nb = nbformat.read(path, as_version=4)
+        exercises = find_exercises(nb)
+        lab = path.stem
+        nbformat.write(student_edition(nb, exercises), out / "student" / path.name)
+        nbformat.write(instructor_edition(nb, exercises), out / "instructor" / path.name)
+        write_tests(lab, exercises, out / "tests" / lab)
+        if exercises:
+            otter_generate(out / "tests" / lab, out / "autograder" / f"{lab}.zip")
+        built[lab] = exercises
+        print(f"{lab}: {len(exercises)} exercises")
+    return built
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("labs", nargs="*", type=Path, help="labs (default: every lab)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    build([p.resolve() for p in args.labs] or None, args.out)
+    print(f"editions and autograders in {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""Grade students' lab notebooks offline with Otter-Grader: a score table and a feedback report.
+
+Usage: python scripts/grade.py SUBMISSIONS [--out _build/grades] [--timeout 600]
+
+SUBMISSIONS holds one folder per student, each with the lab notebooks they hand in, named as
+handed out (``alice/03_scaling.ipynb``; the lab is found by its two-digit number). Each notebook
+is graded by ``otter run`` (Otter-Grader without containers: no Docker needed) against the
+autograder that ``scripts/classroom.py`` writes, in its own process with a time limit, so a
+notebook that raises, loops for ever or deletes variables gets a clear message and the others are
+still graded. Widgets are not precomputed while grading (ATTNBOOK_STATIC_WIDGETS=skip).
+
+Writes into OUT:
+    scores.csv     one row per student, lab and exercise: points, possible, the check's verdict
+    feedback.md    per student and lab: the score of each exercise and the check's diagnosis
+    results/       Otter's results per notebook (JSON)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import classroom  # noqa: E402
+
+ROOT = classroom.ROOT
+DEFAULT_OUT = ROOT / "_build" / "grades"
+
+
+def lab_of(path: Path, labs: dict[str, Path]) -> str | None:
+    """The lab a submitted notebook is, from the two-digit number its name starts with."""
+    m = re.match(r"(\d\d)", path.name)
+    if not m:
+        return None
+    return next((lab for lab in labs if lab.startswith(m.group(1) + "_")), None)
+
+
+def _verdict(message: str) -> str:
+    """The check's own words from Otter's test-case message (the assertion text)."""
+    for line in reversed(message.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("AssertionError:"):
+            return line.removeprefix("AssertionError:").strip()
+        if re.match(r"\w+(Error|Exception)\b", line):
+            return f"the check could not run: {line}"
+    return message.strip().splitlines()[-1] if message.strip() else ""
+
+
+def run_one(submission: Path, autograder: Path, out: Path) -> None:
+    """In a child process: grade one notebook with Otter and write a small JSON summary."""
+    import otter.run
+
+    results = otter.run.main(str(submission), autograder=str(autograder), output_dir=str(out),
+                             no_logo=True)
+    exercises = {}
+    for name, result in results.results.items():
+        messages = [r.message for r in result.test_case_results if not r.passed]
+        exercises[name] = {"score": results.get_score(name), "possible": result.possible,
+                           "message": "Correct." if not messages else _verdict(messages[0])}
+    errors = []
+    for i, cell in enumerate(results.notebook.cells):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                errors.append(f"{output['ename']}: {output['evalue']}".strip())
+    (out / "summary.json").write_text(json.dumps({"exercises": exercises, "errors": errors}))
+
+
+def grade_notebook(submission: Path, lab: str, classroom_dir: Path, out: Path,
+                   timeout: float) -> dict:
+    """Grade one submission in a child process; never raises. Returns exercises and a note."""
+    exercises = json.loads((classroom_dir / "tests" / lab / "exercises.json").read_text())
+    zero = {e["name"]: {"score": 0, "possible": e["points"], "message": ""} for e in exercises}
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        nb = nbformat.read(submission, as_version=4)
+    except Exception as err:  # not a notebook, or broken JSON
+        note = f"Not graded: the file is not a readable notebook ({type(err).__name__}: {err})."
+        return {"exercises": _with(zero, note), "note": note}
+    known = [classroom.Exercise(e["name"], e["check"], e["module"], e["call"], -1, "answer")
+             for e in exercises]
+    found = classroom.retag(nb, known)
+    with tempfile.TemporaryDirectory() as tmp:
+        graded = Path(tmp) / submission.name
+        nbformat.write(nb, graded)
+        env = dict(os.environ, ATTNBOOK_STATIC_WIDGETS="skip", PYTHONUNBUFFERED="1")
+        command = [sys.executable, str(Path(__file__).resolve()), "--one", str(graded),
+                   str(classroom_dir / "autograder" / f"{lab}.zip"), str(out)]
+        process = subprocess.Popen(command, cwd=tmp, env=env, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            log, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)  # the child, its kernel and their children
+            process.communicate()
+            note = (f"Not graded: the notebook ran longer than {timeout:g} s (an endless loop?) "
+                    "and was stopped; every exercise of this lab scores 0.")
+            return {"exercises": _with(zero, note), "note": note}
+    summary = out / "summary.json"
+    if process.returncode != 0 or not summary.exists():
+        tail = " ".join(log.strip().splitlines()[-3:])
+        note = f"Not graded: the grader failed on this notebook ({tail})."
+        return {"exercises": _with(zero, note), "note": note}
+    result = json.loads(summary.read_text())
+    notes = []
+    if found < len(exercises):
+        notes.append(f"{len(exercises) - found} of {len(exercises)} exercise cells were not found "
+                     "(deleted or renamed?); their checks ran at the end of the notebook.")
+    if result["errors"]:
+        shown = "; ".join(result["errors"][:3])
+        notes.append(f"{len(result['errors'])} cell(s) raised an error ({shown}); the grader "
+                     "went on with the next cells.")
+    return {"exercises": {**zero, **result["exercises"]}, "note": " ".join(notes)}
+
+
+def _with(exercises: dict, note: str) -> dict:
+    return {k: dict(v, message=note) for k, v in exercises.items()}
+
+
+def grade(submissions: Path, out: Path = DEFAULT_OUT, classroom_dir: Path = classroom.DEFAULT_OUT,
+          timeout: float = 600) -> list[dict]:
+    """Grade every student's notebooks; write scores.csv and feedback.md. Returns the rows."""
+    labs = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+    students = sorted(p for p in submissions.iterdir() if p.is_dir())
+    wanted = {lab_of(nb, labs) for s in students for nb in s.glob("*.ipynb")} - {None}
+    missing = [labs[lab] for lab in sorted(wanted)
+               if not (classroom_dir / "autograder" / f"{lab}.zip").exists()]
+    if missing:  # build what is needed (make classroom builds everything)
+        classroom.build(missing, classroom_dir)
+    rows, report = [], ["# Feedback", ""]
+    for student in students:
+        report += [f"## {student.name}", ""]
+        notebooks = sorted(student.glob("*.ipynb"))
+        if not notebooks:
+            report += ["No notebook handed in.", ""]
+        for nb in notebooks:
+            lab = lab_of(nb, labs)
+            if lab is None:
+                report += [f"### {nb.name}", "", "Not graded: no lab has this number.", ""]
+                continue
+            print(f"grading {student.name}/{nb.name}", flush=True)
+            result = grade_notebook(nb, lab, classroom_dir, out / "results" / student.name / lab,
+                                    timeout)
+            total = sum(e["score"] for e in result["exercises"].values())
+            possible = sum(e["possible"] for e in result["exercises"].values())
+            report += [f"### {lab}: {total:g} / {possible:g}", ""]
+            if result["note"]:
+                report += [f"*{result['note']}*", ""]
+            report += ["| exercise | points | the check says |", "|---|---|---|"]
+            for name, e in result["exercises"].items():
+                rows.append({"student": student.name, "lab": lab, "exercise": name,
+                             "points": e["score"], "possible": e["possible"],
+                             "feedback": e["message"], "note": result["note"]})
+                message = e["message"].replace("|", "\\|").replace("\n", " ")
+                report.append(f"| {name} | {e['score']:g} / {e['possible']:g} | {message} |")
+            report.append("")
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "scores.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, ["student", "lab", "exercise", "points", "possible",
+                                    "feedback", "note"])
+        writer.writeheader()
+        writer.writerows(rows)
+    (out / "feedback.md").write_text("\n".join(report) + "\n", encoding="utf-8")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--one":  # the child process of grade_notebook
+        run_one(Path(argv[1]), Path(argv[2]), Path(argv[3]))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("submissions", type=Path, help="one folder per student")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--classroom", type=Path, default=classroom.DEFAULT_OUT,
+                        help="where scripts/classroom.py wrote the autograders")
+    parser.add_argument("--timeout", type=float, default=600,
+                        help="seconds one notebook may run (default 600)")
+    args = parser.parse_args(argv)
+    rows = grade(args.submissions, args.out, args.classroom, args.timeout)
+    print(f"{len(rows)} exercise grades: {args.out / 'scores.csv'}, {args.out / 'feedback.md'}")
+
+
+if __name__ == "__main__":
+    main()

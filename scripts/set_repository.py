@@ -1,0 +1,96 @@
+"""Point the book at another repository (a course's fork): one command rewrites every place.
+
+Usage: python scripts/set_repository.py https://github.com/OWNER/NAME [--branch main] [--root .]
+
+_config.yml's ``repository`` block is the one setting; this script writes the new URL and branch
+there and then everywhere that repeats it: every lab's setup cell (``pip install
+"git+URL@BRANCH"``, rewritten from scripts/nbtools.py's setup_cell_source, so only that cell
+changes and outputs stay), the README, and any other text file of the book that names the old
+address. The Colab links on the site are built from the same block at build time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_FILES = ["README.md", "book/*.md", "pyproject.toml"]
+URL = re.compile(r"^https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+
+
+def current(root: Path) -> tuple[str, str]:
+    text = (root / "_config.yml").read_text(encoding="utf-8")
+    block = text[text.index("\nrepository:"):]
+    url = re.search(r"^\s+url:\s*(\S+)", block, re.M).group(1)
+    branch = re.search(r"^\s+branch:\s*(\S+)", block, re.M).group(1)
+    return url, branch
+
+
+def _set_config(root: Path, url: str, branch: str) -> None:
+    path = root / "_config.yml"
+    text = path.read_text(encoding="utf-8")
+    start = text.index("\nrepository:")
+    end = text.find("\n\n", start + 1)
+    end = len(text) if end < 0 else end
+    block = text[start:end]
+    block = re.sub(r"^(\s+url:\s*)\S+", rf"\g<1>{url}", block, count=1, flags=re.M)
+    block = re.sub(r"^(\s+branch:\s*)\S+", rf"\g<1>{branch}", block, count=1, flags=re.M)
+    path.write_text(text[:start] + block + text[end:], encoding="utf-8")
+
+
+def _set_notebook(path: Path, old: str, new: str) -> bool:
+    """Replace the install line in the setup cell (the first code cell) only."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    cell = next((c for c in nb.cells if c.cell_type == "code"), None)
+    if cell is None or old not in cell.source:
+        return False
+    cell.source = cell.source.replace(old, new)
+    nbformat.write(nb, path)
+    return True
+
+
+def set_repository(url: str, branch: str | None = None, root: Path = ROOT) -> list[Path]:
+    """Rewrite the repository address everywhere under ``root``; returns the files changed."""
+    url = url.rstrip("/").removesuffix(".git")
+    if not URL.match(url):
+        raise ValueError(f"not a GitHub repository URL: {url}")
+    old_url, old_branch = current(root)
+    branch = branch or old_branch
+    changed = []
+    _set_config(root, url, branch)
+    changed.append(root / "_config.yml")
+    old_pin, new_pin = f"git+{old_url}@{old_branch}", f"git+{url}@{branch}"
+    for path in sorted((root / "notebooks").glob("*.ipynb")):
+        if _set_notebook(path, old_pin, new_pin):
+            changed.append(path)
+    for pattern in TEXT_FILES:
+        for path in sorted(root.glob(pattern)):
+            text = path.read_text(encoding="utf-8")
+            new = text.replace(old_pin, new_pin).replace(old_url, url)
+            if new != text:
+                path.write_text(new, encoding="utf-8")
+                changed.append(path)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("url", help="https://github.com/OWNER/NAME")
+    parser.add_argument("--branch", help="the branch the setup cells install from")
+    parser.add_argument("--root", type=Path, default=ROOT)
+    args = parser.parse_args(argv)
+    try:
+        changed = set_repository(args.url, args.branch, args.root)
+    except ValueError as err:
+        sys.exit(str(err))
+    for path in changed:
+        print(f"updated {path.relative_to(args.root)}")
+
+
+if __name__ == "__main__":
+    main()
