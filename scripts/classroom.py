@@ -1,4 +1,4 @@
-"""The classroom edition: student and instructor notebooks and Otter-Grader autograders, from the labs.
+"""The classroom edition: student and instructor notebooks and Otter-Grader autograders.
 
 Usage: python scripts/classroom.py [--out _build/classroom] [notebooks/NN_name.ipynb ...]
 
@@ -168,14 +168,16 @@ def grading_notes(exercises: list[Exercise]) -> str:
     from attnbook.exercises import diagnoses
 
     lines = ["**Instructor edition: grading notes.** Each exercise is worth its points when the "
-             "lab's own check accepts the answer at that point of the notebook (Otter-Grader runs "
-             "the check right after the exercise cell). Recognised mistakes are reported to the "
-             "student in the feedback.", ""]
+             "lab's own check accepts the answer at that point of the notebook: Otter-Grader runs "
+             "the check right after the exercise cell in a student's notebook (after the solution "
+             "cell here). The feedback quotes the check's diagnosis; it recognises these "
+             "mistakes:", ""]
     for ex in exercises:
         module = ex.module.rsplit(".", 1)[-1]
         known = diagnoses().get(module, {}).get(ex.check, [])
         lines.append(f"- `{ex.name}` ({ex.points} point{'s' if ex.points != 1 else ''}): "
-                     f"`{ex.call}`; {len(known)} recognised mistakes")
+                     f"`{ex.call}`")
+        lines += [f"  - {m}" for m in known]
     return "\n".join(lines)
 
 
@@ -186,7 +188,7 @@ def instructor_edition(nb, exercises: list[Exercise]):
     return nb
 
 
-TEST_TEMPLATE = '''"""Otter-Grader test for the exercise {name!r} of {lab}: the lab's own check, worth {points}."""
+TEST_TEMPLATE = '''"""Otter-Grader test: exercise {name!r} of {lab}, by the lab's own check."""
 
 from otter.test_files import test_case
 

@@ -68,10 +68,15 @@ def run_one(submission: Path, autograder: Path, out: Path) -> None:
         exercises[name] = {"score": results.get_score(name), "possible": result.possible,
                            "message": "Correct." if not messages else _verdict(messages[0])}
     errors = []
-    for i, cell in enumerate(results.notebook.cells):
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                errors.append(f"{output['ename']}: {output['evalue']}".strip())
+    for cell in results.notebook.cells:
+        raised = [f"{o['ename']}: {o['evalue']}".strip() for o in cell.get("outputs", [])
+                  if o.get("output_type") == "error"]
+        errors += raised
+        graded = cell.get("metadata", {}).get("otter", {}).get("tests", [])
+        for name in graded:  # the exercise's own cell raised: say so before the verdict
+            if raised and name in exercises and exercises[name]["message"] != "Correct.":
+                exercises[name]["message"] = (f"Your exercise cell raised {raised[0]}. "
+                                              f"The check then says: {exercises[name]['message']}")
     (out / "summary.json").write_text(json.dumps({"exercises": exercises, "errors": errors}))
 
 
@@ -129,6 +134,7 @@ def _with(exercises: dict, note: str) -> dict:
 def grade(submissions: Path, out: Path = DEFAULT_OUT, classroom_dir: Path = classroom.DEFAULT_OUT,
           timeout: float = 600) -> list[dict]:
     """Grade every student's notebooks; write scores.csv and feedback.md. Returns the rows."""
+    submissions, out, classroom_dir = submissions.resolve(), out.resolve(), classroom_dir.resolve()
     labs = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
     students = sorted(p for p in submissions.iterdir() if p.is_dir())
     wanted = {lab_of(nb, labs) for s in students for nb in s.glob("*.ipynb")} - {None}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -22,8 +23,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import classroom  # noqa: E402
 
 LABS = ["03_scaling", "04_causal_mask", "05_padding"]
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("otter") is None,
-                                reason="otter-grader is not installed")
+needs_otter = pytest.mark.skipif(importlib.util.find_spec("otter") is None,
+                                 reason="otter-grader is not installed")
 
 
 def _edit(nb, check: str, old: str, new: str):
@@ -42,6 +43,7 @@ def built(tmp_path_factory):
     return out, exercises
 
 
+@needs_otter
 def test_editions(built):
     out, exercises = built
     for lab in LABS:
@@ -105,7 +107,8 @@ def graded(built, tmp_path_factory):
     hand_in("broken", "05_padding", _edit(read("student", "05_padding"), "check_blocked",
                                           "answer = ...", "del padding_mask, causal\nanswer = 1"))
     (subs / "broken" / "99_not_a_lab.ipynb").write_text("{not json")
-    grades = tmp_path_factory.mktemp("grades")
+    # ATTNBOOK_GRADES_DIR keeps the report to read (e.g. for a pull request's note).
+    grades = Path(os.environ.get("ATTNBOOK_GRADES_DIR") or tmp_path_factory.mktemp("grades"))
     rows = grade.grade(subs, grades, out, timeout=75)
     return grades, rows
 
@@ -115,6 +118,7 @@ def _scores(rows, student, lab):
             if r["student"] == student and r["lab"] == lab}
 
 
+@needs_otter
 def test_instructor_edition_gets_full_marks(graded):
     grades, rows = graded
     for lab in LABS:
@@ -126,6 +130,7 @@ def test_instructor_edition_gets_full_marks(graded):
     assert {"student", "lab", "exercise", "points", "possible", "feedback"} <= set(table[0])
 
 
+@needs_otter
 def test_untouched_student_edition_gets_zero(graded):
     _, rows = graded
     scores = _scores(rows, "untouched", "03_scaling")
@@ -133,6 +138,7 @@ def test_untouched_student_edition_gets_zero(graded):
     assert all("still empty" in f for _, f, _ in scores.values())
 
 
+@needs_otter
 def test_typical_mistakes_get_partial_marks_and_their_diagnosis(graded):
     grades, rows = graded
     s3 = _scores(rows, "typical", "03_scaling")
@@ -147,22 +153,26 @@ def test_typical_mistakes_get_partial_marks_and_their_diagnosis(graded):
     assert "without inverting it" in report and "divided by d = 8" in report
 
 
+@needs_otter
 def test_broken_notebooks_are_graded_with_a_clear_message(graded):
     grades, rows = graded
     s3 = _scores(rows, "broken", "03_scaling")
     assert s3["scaled_scores"][0] == 1, s3  # graded before the cell that raised
     assert s3["dot_variance"][0] == 0
     assert "RuntimeError: my code is not finished" in s3["dot_variance"][2]
+    assert s3["dot_variance"][1].startswith(
+        "Your exercise cell raised RuntimeError: my code is not finished.")
     s4 = _scores(rows, "broken", "04_causal_mask")
     assert all(p == 0 and "ran longer than 75 s" in f for p, f, _ in s4.values())
     s5 = _scores(rows, "broken", "05_padding")
-    assert s5["blocked"][0] == 0 and "NameError" in s5["blocked"][1]
+    assert s5["blocked"][0] == 0 and "raised NameError" in s5["blocked"][1]
     report = (grades / "feedback.md").read_text(encoding="utf-8")
     assert "Not graded: no lab has this number." in report  # 99_not_a_lab
     # The other students were graded after the broken ones (alphabetical order: b < i < t < u).
     assert _scores(rows, "typical", "03_scaling") and _scores(rows, "untouched", "03_scaling")
 
 
+@needs_otter
 def test_retag_repairs_metadata_dropped_by_an_editor(built):
     out, exercises = built
     nb = nbformat.read(out / "student" / "03_scaling.ipynb", as_version=4)
@@ -201,5 +211,9 @@ def test_course_guide_table_is_generated_and_up_to_date():
     spec.loader.exec_module(guide)
     assert guide.OUTPUT.read_text(encoding="utf-8") == guide.render(), (
         "run: python scripts/classroom_guide.py")
-    assert "{include}" in (ROOT / "book" / "course_guide.md").read_text(encoding="utf-8")
+    assert guide.TIMES.read_text(encoding="utf-8") == guide.render_times(), (
+        "run: python scripts/classroom_guide.py")
+    page = (ROOT / "book" / "course_guide.md").read_text(encoding="utf-8")
+    assert "{include} generated/course_checks.md" in page
+    assert "{include} generated/course_times.md" in page
 

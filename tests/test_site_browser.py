@@ -4,7 +4,9 @@ Serves _build/html on 127.0.0.1 and opens each toc page in Chromium (Playwright,
 /usr/bin/chromium, never a downloaded browser). For every page: each request answers 200, no
 request leaves for another host (they are blocked and recorded), no uncaught page error, MathJax
 typeset every formula (and none failed), every image loaded, every widget shows its controls and
-figure, and each lab links to itself in Colab. Screenshots go to _build/screenshots/, with a
+figure, and each lab links to itself in Colab. Widgets made by attnbook.static_widgets move without
+a kernel: each of their controls is changed, and the view shown must change and be the stored
+view for the new values. Screenshots go to _build/screenshots/, with a
 summary.json of what was checked. `make test` builds the site first, then runs this file.
 
 Set ATTNBOOK_SITE_DIR to check a build elsewhere (e.g. one made with --path-output).
@@ -119,6 +121,55 @@ def widget_expectations(html: str) -> list[dict]:
         out.append({"model_id": model_id, "in_state": model_id in state, "leaves": len(leaves),
                     "controls": any(_CONTROLS.search(n) for n in leaves), "image": image})
     return out
+
+
+STATIC_CLASS = "attnbook-static-interact"
+
+
+def _saved_state(html: str) -> dict:
+    match = re.search(rf'<script type="{re.escape(WIDGET_STATE)}">(.*?)</script>', html, re.S)
+    return json.loads(match.group(1))["state"] if match else {}
+
+
+def _view_signature(state: dict, model_id: str) -> list[str]:
+    """What an Output view shows: its images (base64) and texts, in order."""
+    shown = []
+    for out in state[model_id]["state"].get("outputs", []):
+        data = out.get("data", {})
+        if "image/png" in data:
+            shown.append("png:" + re.sub(r"\s", "", "".join(data["image/png"])))
+        elif "text" in out:
+            shown.append("text:" + "".join(out["text"]).strip())
+    return shown
+
+
+def static_widgets(html: str) -> list[dict]:
+    """Each static_interact widget on a page, from its saved state: its controls (kind, number
+    of values, initial index) and the stored view for every combination of indices."""
+    state = _saved_state(html)
+    found = []
+    for model_id, model in state.items():
+        if STATIC_CLASS not in model["state"].get("_dom_classes", []):
+            continue
+        children = [c.removeprefix("IPY_MODEL_") for c in model["state"]["children"]]
+        controls = [{"id": c, "kind": state[c]["model_name"].removesuffix("Model"),
+                     "n": len(state[c]["state"]["_options_labels"]),
+                     "index": state[c]["state"]["index"]} for c in children[:-1]]
+        views = {}
+
+        def walk(stack_id, chosen, views=views):
+            kids = [c.removeprefix("IPY_MODEL_") for c in state[stack_id]["state"]["children"]]
+            for i, kid in enumerate(kids):
+                if state[kid]["model_name"] == "StackModel":
+                    walk(kid, (*chosen, i), views)
+                else:
+                    views[(*chosen, i)] = _view_signature(state, kid)
+
+        walk(children[-1], ())
+        links = [m["state"] for m in state.values() if m["model_name"] == "LinkModel"]
+        found.append({"model_id": model_id, "controls": controls, "views": views,
+                      "links": links})
+    return found
 
 
 PAGES = toc_pages()
@@ -291,6 +342,97 @@ _WIDGET = """(modelId) => {
 }"""
 
 
+# A static widget's root element (the VBox has the class), its controls and its shown view.
+_STATIC_ROOT = """(modelId) => {
+  const views = document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]');
+  const script = [...views].find(s => JSON.parse(s.textContent).model_id === modelId);
+  const output = script ? (script.closest(".cell_output") || script.parentElement) : null;
+  return !!(output && output.querySelector(".attnbook-static-interact"));
+}"""
+
+_STATIC_SHOWN = r"""(args) => {
+  const [modelId] = args;
+  const views = document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]');
+  const script = [...views].find(s => JSON.parse(s.textContent).model_id === modelId);
+  const output = script.closest(".cell_output") || script.parentElement;
+  const box = output.querySelector(".attnbook-static-interact");
+  const stack = box.lastElementChild;
+  const shown = [];
+  for (const el of stack.querySelectorAll("img, .jp-OutputArea-output pre")) {
+    if (el.getBoundingClientRect().width === 0) continue;
+    if (el.tagName === "IMG") {
+      shown.push("png:" + el.getAttribute("src").replace(/^data:image\/png;base64,/, ""));
+    } else {
+      shown.push("text:" + el.textContent.trim());
+    }
+  }
+  return shown;
+}"""
+
+_STATIC_SET = """(args) => {
+  const [modelId, k, index] = args;
+  const views = document.querySelectorAll(
+      'script[type="application/vnd.jupyter.widget-view+json"]');
+  const script = [...views].find(s => JSON.parse(s.textContent).model_id === modelId);
+  const output = script.closest(".cell_output") || script.parentElement;
+  const box = output.querySelector(".attnbook-static-interact");
+  const control = box.children[k];
+  const select = control.querySelector("select");
+  if (select) {
+    select.selectedIndex = index;
+    select.dispatchEvent(new Event("change", {bubbles: true}));
+    return "select";
+  }
+  const buttons = control.querySelectorAll("button");
+  if (buttons.length) { buttons[index].click(); return "buttons"; }
+  document.querySelectorAll("[data-attnbook-handle]").forEach(
+      e => e.removeAttribute("data-attnbook-handle"));
+  const handle = control.querySelector(".noUi-handle");
+  if (!handle) return "unknown: " + control.className;
+  handle.setAttribute("data-attnbook-handle", "1");
+  return "slider";
+}"""
+
+
+def _move_static_widgets(page, widgets: list[dict]) -> list[dict]:
+    """Change each control of each static widget; return what was seen after each change."""
+    moves = []
+    for widget in widgets:
+        current = tuple(c["index"] for c in widget["controls"])
+        shown = page.evaluate(_STATIC_SHOWN, [widget["model_id"]])
+        moves.append({"control": None, "want": widget["views"][current], "got": shown})
+        for k, control in enumerate(widget["controls"]):
+            # The farthest value whose stored view differs from the one shown now.
+            targets = [i for i in sorted(range(control["n"]), key=lambda i: -abs(i - current[k]))
+                       if widget["views"][(*current[:k], i, *current[k + 1:])]
+                       != widget["views"][current]]
+            if not targets:
+                moves.append({"control": k, "want": None, "got": None, "kind": control["kind"]})
+                continue
+            index = targets[0]
+            how = page.evaluate(_STATIC_SET, [widget["model_id"], k, index])
+            assert not how.startswith("unknown"), f"cannot move control {k}: {how}"
+            if how == "slider":  # noUiSlider: keyboard on its handle
+                handle = page.locator("[data-attnbook-handle]")
+                handle.focus()
+                key = "ArrowRight" if index > current[k] else "ArrowLeft"
+                for _ in range(abs(index - current[k])):
+                    handle.press(key)
+            current = (*current[:k], index, *current[k + 1:])
+            want = widget["views"][current]
+            try:
+                page.wait_for_function(
+                    f"(args) => JSON.stringify(({_STATIC_SHOWN})(args)) === "
+                    f"{json.dumps(json.dumps(want))}", arg=[widget["model_id"]], timeout=10_000)
+            except Exception:  # the assertion below reports what was shown instead
+                pass
+            moves.append({"control": k, "kind": control["kind"], "index": index, "want": want,
+                          "got": page.evaluate(_STATIC_SHOWN, [widget["model_id"]])})
+    return moves
+
+
 @pytest.mark.browser
 @pytest.mark.parametrize("page_path", PAGES)
 def test_page_in_browser(page_path, server, browser):
@@ -333,6 +475,8 @@ def test_page_in_browser(page_path, server, browser):
         page.evaluate(_SETTLE)
         info = page.evaluate(_INSPECT)
         widget_info = [(w, page.evaluate(_WIDGET, w["model_id"])) for w in widgets]
+        statics = static_widgets(html)
+        moves = _move_static_widgets(page, statics)
         shot = SHOTS / (page_path.replace("/", "__") + ".png")
         page.screenshot(path=str(shot), full_page=True)
     finally:
@@ -379,9 +523,28 @@ def test_page_in_browser(page_path, server, browser):
             f"a widget shows {got['leaves']} of its {expected['leaves']} controls")
         if expected["image"]:
             assert got["imagesLoaded"] >= 1, f"a widget's saved figure is not shown: {got}"
-        if expected["controls"]:
+        static = any(s["model_id"] == expected["model_id"] for s in statics)
+        if expected["controls"] and not static:
             assert got["note"] and "live" in got["note"], "no static-site note under the widget"
             assert got["noteLink"] == colab_url_for(page_path), got["noteLink"]
+        if static:
+            assert not got["note"], "a static widget needs no live-kernel note"
+
+    # Static widgets: every control switches to the stored view of its new value.
+    for move in moves:
+        if move["control"] is None:
+            assert move["got"] == move["want"], "the first view shown is not the stored one"
+            continue
+        assert move["want"] is not None, (
+            f"control {move['control']} ({move['kind']}) never changes the view")
+        assert move["got"] == move["want"], (
+            f"after moving control {move['control']} ({move['kind']}) to {move['index']}, "
+            f"the page shows {[g[:40] for g in move['got']]}, not the stored view "
+            f"{[w[:40] for w in move['want']]}")
+    SUMMARY.setdefault("static_widgets", 0)
+    SUMMARY.setdefault("static_moves", 0)
+    SUMMARY["static_widgets"] += len(statics)
+    SUMMARY["static_moves"] += sum(m["control"] is not None for m in moves)
 
     if source.suffix == ".ipynb":
         want = colab_url_for(page_path)

@@ -14,10 +14,10 @@ With two controls the structure is::
     Stack_0.children[i] = Stack_1[i]           # selected_index <- control_0.index
     Stack_1[i].children[j] = Output(view(i, j)) # selected_index <- control_1.index (every i)
 
-Where ipywidgets has no ``Stack`` (ipywidgets 7, as some Colab images still have), or when
-``ATTNBOOK_STATIC_WIDGETS=0``, the function falls back to a live ``ipywidgets.interactive`` with
-the same discrete controls. ``ATTNBOOK_STATIC_WIDGETS=skip`` (set by the grading script) draws
-nothing, to save time.
+Where ipywidgets has no ``Stack`` (before 8.0: the lab's setup cell installs attnbook with
+``--no-deps`` in Colab, so Colab's own ipywidgets is used), or when ``ATTNBOOK_STATIC_WIDGETS=0``,
+the function falls back to a live ``ipywidgets.interactive`` with the same discrete controls.
+``ATTNBOOK_STATIC_WIDGETS=skip`` (set by the grading script) draws nothing, to save time.
 """
 
 from __future__ import annotations
@@ -171,7 +171,8 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         **controls: one per argument of ``fn``: an ipywidgets control or a list of values.
 
     Returns:
-        The widget: a VBox of the controls and the stack of views (or the live fallback).
+        The widget: a VBox of the controls and the stack of views, with its jslinks as
+        ``.links`` (or the live fallback, or None when skipped).
 
     Raises:
         ValueError: when the controls make more than ``MAX_VIEWS`` views.
@@ -208,11 +209,11 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         return stack
 
     root = build(0, ())
-    for selection, stacks in zip(selections, levels):
-        for stack in stacks:
-            widgets.jslink((selection, "index"), (stack, "selected_index"))
+    links = [widgets.jslink((selection, "index"), (stack, "selected_index"))
+             for selection, stacks in zip(selections, levels) for stack in stacks]
     box = widgets.VBox([*selections, root])
     box.add_class(STATIC_CLASS)
+    box.links = links  # kept with the box (the saved state holds them anyway)
     if display:
         show(box)
     return box
