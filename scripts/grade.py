@@ -26,6 +26,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import nbformat
@@ -80,8 +81,68 @@ def run_one(submission: Path, autograder: Path, out: Path) -> None:
     (out / "summary.json").write_text(json.dumps({"exercises": exercises, "errors": errors}))
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time of a process and its descendants (the kernel), or None without psutil."""
+    try:
+        import psutil
+    except ImportError:
+        return None
+    try:
+        parent = psutil.Process(pid)
+        total = 0.0
+        for proc in [parent, *parent.children(recursive=True)]:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.Error:
+                pass
+        return total
+    except psutil.Error:
+        return None
+
+
+def _run_child(graded: Path, autograder: Path, out: Path, cwd: Path, timeout: float,
+               stall: float) -> tuple[str, str]:
+    """Run ``otter run`` on one notebook in a child process group.
+
+    Returns ("done" | "failed" | "timeout" | "stalled", its log). "stalled" means no CPU time
+    was used for ``stall`` seconds: a cell waits for input, or the kernel lost a message (an
+    intermittent hang of ipykernel 7 that a second try gets past); an endless loop uses CPU and
+    runs into ``timeout`` instead.
+    """
+    env = dict(os.environ, ATTNBOOK_STATIC_WIDGETS="skip", PYTHONUNBUFFERED="1")
+    command = [sys.executable, str(Path(__file__).resolve()), "--one", str(graded),
+               str(autograder), str(out)]
+    log_path = cwd / "otter.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+        start = last_busy = time.monotonic()
+        last_cpu = _cpu_seconds(process.pid)
+        outcome = None
+        while outcome is None:
+            try:
+                process.wait(timeout=2)
+                outcome = "done" if process.returncode == 0 else "failed"
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            cpu = _cpu_seconds(process.pid)
+            if cpu is not None and last_cpu is not None and cpu > last_cpu + 0.05:
+                last_cpu, last_busy = cpu, now
+            if now - start > timeout:
+                outcome = "timeout"
+            elif cpu is not None and now - last_busy > stall:
+                outcome = "stalled"
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)  # the child, its kernel and their children
+            process.wait()
+    return outcome, log_path.read_text(errors="replace")
+
+
 def grade_notebook(submission: Path, lab: str, classroom_dir: Path, out: Path,
-                   timeout: float) -> dict:
+                   timeout: float, stall: float = 120) -> dict:
     """Grade one submission in a child process; never raises. Returns exercises and a note."""
     exercises = json.loads((classroom_dir / "tests" / lab / "exercises.json").read_text())
     zero = {e["name"]: {"score": 0, "possible": e["points"], "message": ""} for e in exercises}
@@ -94,24 +155,26 @@ def grade_notebook(submission: Path, lab: str, classroom_dir: Path, out: Path,
     known = [classroom.Exercise(e["name"], e["check"], e["module"], e["call"], -1, "answer")
              for e in exercises]
     found = classroom.retag(nb, known)
-    with tempfile.TemporaryDirectory() as tmp:
-        graded = Path(tmp) / submission.name
-        nbformat.write(nb, graded)
-        env = dict(os.environ, ATTNBOOK_STATIC_WIDGETS="skip", PYTHONUNBUFFERED="1")
-        command = [sys.executable, str(Path(__file__).resolve()), "--one", str(graded),
-                   str(classroom_dir / "autograder" / f"{lab}.zip"), str(out)]
-        process = subprocess.Popen(command, cwd=tmp, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True, start_new_session=True)
-        try:
-            log, _ = process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)  # the child, its kernel and their children
-            process.communicate()
-            note = (f"Not graded: the notebook ran longer than {timeout:g} s (an endless loop?) "
-                    "and was stopped; every exercise of this lab scores 0.")
-            return {"exercises": _with(zero, note), "note": note}
     summary = out / "summary.json"
-    if process.returncode != 0 or not summary.exists():
+    for attempt in (1, 2):
+        summary.unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            graded = Path(tmp) / submission.name
+            nbformat.write(nb, graded)
+            outcome, log = _run_child(graded, classroom_dir / "autograder" / f"{lab}.zip", out,
+                                      Path(tmp), timeout, stall)
+        if outcome != "stalled" or attempt == 2:
+            break
+        print(f"  no progress for {stall:g} s: grading {submission.name} again", flush=True)
+    if outcome == "timeout":
+        note = (f"Not graded: the notebook ran longer than {timeout:g} s (an endless loop?) "
+                "and was stopped; every exercise of this lab scores 0.")
+        return {"exercises": _with(zero, note), "note": note}
+    if outcome == "stalled":
+        note = (f"Not graded: the notebook made no progress for {stall:g} s, twice (is a cell "
+                "waiting for input?) and was stopped; every exercise of this lab scores 0.")
+        return {"exercises": _with(zero, note), "note": note}
+    if outcome != "done" or not summary.exists():
         tail = " ".join(log.strip().splitlines()[-3:])
         note = f"Not graded: the grader failed on this notebook ({tail})."
         return {"exercises": _with(zero, note), "note": note}
@@ -132,7 +195,7 @@ def _with(exercises: dict, note: str) -> dict:
 
 
 def grade(submissions: Path, out: Path = DEFAULT_OUT, classroom_dir: Path = classroom.DEFAULT_OUT,
-          timeout: float = 600) -> list[dict]:
+          timeout: float = 600, stall: float = 120) -> list[dict]:
     """Grade every student's notebooks; write scores.csv and feedback.md. Returns the rows."""
     submissions, out, classroom_dir = submissions.resolve(), out.resolve(), classroom_dir.resolve()
     labs = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
@@ -155,7 +218,7 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, classroom_dir: Path = clas
                 continue
             print(f"grading {student.name}/{nb.name}", flush=True)
             result = grade_notebook(nb, lab, classroom_dir, out / "results" / student.name / lab,
-                                    timeout)
+                                    timeout, stall)
             total = sum(e["score"] for e in result["exercises"].values())
             possible = sum(e["possible"] for e in result["exercises"].values())
             report += [f"### {lab}: {total:g} / {possible:g}", ""]
@@ -191,8 +254,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="where scripts/classroom.py wrote the autograders")
     parser.add_argument("--timeout", type=float, default=600,
                         help="seconds one notebook may run (default 600)")
+    parser.add_argument("--stall", type=float, default=120,
+                        help="seconds without CPU use after which a run is tried again, then "
+                             "stopped (default 120)")
     args = parser.parse_args(argv)
-    rows = grade(args.submissions, args.out, args.classroom, args.timeout)
+    rows = grade(args.submissions, args.out, args.classroom, args.timeout, args.stall)
     print(f"{len(rows)} exercise grades: {args.out / 'scores.csv'}, {args.out / 'feedback.md'}")
 
 

@@ -173,6 +173,24 @@ def test_broken_notebooks_are_graded_with_a_clear_message(graded):
 
 
 @needs_otter
+def test_a_notebook_that_waits_is_tried_twice_then_reported(built, tmp_path):
+    """No CPU used for `stall` seconds (a cell waiting, or a reply the kernel lost): one retry."""
+    pytest.importorskip("psutil")
+    import grade
+
+    out, _ = built
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell("import time\ntime.sleep(3600)")]
+    path = tmp_path / "03_scaling.ipynb"
+    nbformat.write(nb, path)
+    result = grade.grade_notebook(path, "03_scaling", out, tmp_path / "r", timeout=120, stall=8)
+    assert "made no progress for 8 s, twice" in result["note"]
+    assert all(e["score"] == 0 for e in result["exercises"].values())
+
+
+@needs_otter
 def test_retag_repairs_metadata_dropped_by_an_editor(built):
     out, exercises = built
     nb = nbformat.read(out / "student" / "03_scaling.ipynb", as_version=4)
