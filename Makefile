@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-stamp
 NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout 300
 ASSETS := _assets/third_party/versions.json
 
-.PHONY: install assets book test lint unit nbval colab site browser notebooks figures clean
+.PHONY: install assets book test lint unit nbval colab site browser notebooks figures clean classroom grade
 
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,16 @@ notebooks: install
 
 figures: install
 	$(BIN)/python scripts/make_figures.py
+
+# Teaching: student and instructor editions of every lab and their Otter-Grader autograders,
+# in _build/classroom (scripts/classroom.py).
+classroom: install
+	$(BIN)/python scripts/classroom.py
+
+# Grade handed-in labs offline, one folder per student: _build/grades/scores.csv, feedback.md.
+grade: install
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder"; exit 1; }
+	$(BIN)/python scripts/grade.py "$(SUBMISSIONS)"
 
 clean:
 	rm -rf _build

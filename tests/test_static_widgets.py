@@ -13,7 +13,7 @@ from attnbook import static_widgets as sw
 
 ROOT = Path(__file__).resolve().parents[1]
 # Labs 11 to 14 still use a live ipywidgets.interact (their conversion is pending).
-PENDING = {"11_fused", "12_kv_cache", "13_multihead", "14_tiny_model"}
+PENDING: set[str] = set()
 
 
 def _stacks(widget, depth=0, found=None):
