@@ -23,6 +23,17 @@ LABELS = {"explicit": "explicit (attnbook.Attention)", "fused": "fused (Attentio
 MAIN = ["explicit", "fused", "online", "mha", "sdpa"]
 
 
+def _ratio_axes(ax, Ts, target: float, title: str) -> None:
+    """A ratio plot against T: the line 1, the target dotted, T on a log axis."""
+    ax.axhline(1.0, color="black", lw=1)
+    ax.axhline(target, color="black", lw=0.8, ls=":")
+    ax.set_xscale("log")
+    ax.set_xticks(Ts, [str(T) for T in Ts])
+    ax.minorticks_off()
+    ax.set_xlabel("sequence length T")
+    ax.set_title(title)
+
+
 def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
     import matplotlib
 
@@ -90,13 +101,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
             for d, style in zip(cfg.widths, ["o-", "s--"]):
                 ys = [med(d, T, mode, m) / med(d, T, mode, "sdpa") for T in Ts]
                 ax.semilogy(Ts, ys, style, color=COLOURS[m], ms=4, label=f"{m}, d={d}")
-        ax.axhline(1.0, color="black", lw=1)
-        ax.axhline(1.1, color="black", lw=0.8, ls=":")
-        ax.set_xscale("log")
-        ax.set_xticks(Ts, [str(T) for T in Ts])
-        ax.minorticks_off()
-        ax.set_xlabel("sequence length T")
-        ax.set_title(f"time relative to raw SDPA, {mode}")
+        _ratio_axes(ax, Ts, 1.1, f"time relative to raw SDPA, {mode}")
     axes[0].set_ylabel("time / time of raw SDPA")
     axes[1].legend(fontsize=7, ncol=2)
     save(fig, "fused_ratios.png")
@@ -108,13 +113,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
             ys = [med(d0, T, mode, m) / med(d0, T, mode, "fused") for T in Ts]
             ax.semilogy(Ts, ys, "o-" if m.startswith("fused") else "s--", color=COLOURS[m],
                         ms=4, label=LABELS[m])
-        ax.axhline(1.0, color="black", lw=1)
-        ax.axhline(1.3, color="black", lw=0.8, ls=":")
-        ax.set_xscale("log")
-        ax.set_xticks(Ts, [str(T) for T in Ts])
-        ax.minorticks_off()
-        ax.set_xlabel("sequence length T")
-        ax.set_title(f"padded / unpadded fused, {mode}, B={cfg.B}, d={d0}")
+        _ratio_axes(ax, Ts, 1.3, f"padded / unpadded fused, {mode}, B={cfg.B}, d={d0}")
     axes[0].set_ylabel("time / time of the unpadded fused path")
     axes[1].legend(fontsize=7)
     save(fig, "fused_padding.png")
