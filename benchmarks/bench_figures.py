@@ -23,15 +23,20 @@ LABELS = {"explicit": "explicit (attnbook.Attention)", "fused": "fused (Attentio
 MAIN = ["explicit", "fused", "online", "mha", "sdpa"]
 
 
-def _ratio_axes(ax, Ts, target: float, title: str) -> None:
-    """A ratio plot against T: the line 1, the target dotted, T on a log axis."""
-    ax.axhline(1.0, color="black", lw=1)
-    ax.axhline(target, color="black", lw=0.8, ls=":")
+def _T_axis(ax, Ts, title: str) -> None:
+    """T on a log axis, ticked at the measured lengths, and the panel's title."""
     ax.set_xscale("log")
     ax.set_xticks(Ts, [str(T) for T in Ts])
     ax.minorticks_off()
     ax.set_xlabel("sequence length T")
     ax.set_title(title)
+
+
+def _ratio_axes(ax, Ts, target: float, title: str) -> None:
+    """A ratio plot against T: the line 1 and the target, dotted."""
+    ax.axhline(1.0, color="black", lw=1)
+    ax.axhline(target, color="black", lw=0.8, ls=":")
+    _T_axis(ax, Ts, title)
 
 
 def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
@@ -65,10 +70,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
             ax.loglog(Ts, [med(d0, T, mode, m) * 1e3 for T in Ts], "o-", color=COLOURS[m],
                       label=LABELS[m], ms=4)
         guide(ax, [med(d0, T, mode, "explicit") * 1e3 for T in Ts], 2, "∝ T²")
-        ax.set_xlabel("sequence length T")
-        ax.set_title(f"{mode}, B={cfg.B}, d={d0}, float32")
-        ax.set_xticks(Ts, [str(T) for T in Ts])
-        ax.minorticks_off()
+        _T_axis(ax, Ts, f"{mode}, B={cfg.B}, d={d0}, float32")
     axes[0].set_ylabel("time per call (ms)")
     axes[0].legend(fontsize=8)
     save(fig, "cost_time.png")
@@ -86,10 +88,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
             if ("explicit", d0, Ts[0]) in memory:
                 guide(ax, [max(memory[("explicit", d0, T)][mode], 0.01) for T in Ts], 2, "∝ T²")
             guide(ax, [max(memory[("sdpa", d0, T)][mode], 0.01) for T in Ts], 1, "∝ T")
-            ax.set_xlabel("sequence length T")
-            ax.set_title(f"peak memory, {mode}, B={cfg.B}, d={d0}")
-            ax.set_xticks(Ts, [str(T) for T in Ts])
-            ax.minorticks_off()
+            _T_axis(ax, Ts, f"peak memory, {mode}, B={cfg.B}, d={d0}")
         axes[0].set_ylabel("MiB above the inputs")
         axes[1].legend(fontsize=8)
         save(fig, "cost_memory.png")

@@ -32,7 +32,7 @@ def _status(field_name: str) -> int:
     raise KeyError(field_name)
 
 
-def _peak_above_baseline(run: Callable[[], object]) -> float:
+def peak_above_baseline(run: Callable[[], object]) -> float:
     """Peak rise of the resident set during ``run()``, in MiB."""
     gc.collect()
     with open("/proc/self/clear_refs", "w") as fh:
@@ -57,7 +57,7 @@ def memory_probe(args: tuple[str, int, int, int, tuple[str, ...]]) -> dict[str, 
             if size != T:
                 step(f, x, mode, g)
                 continue
-            result[mode] = _peak_above_baseline(lambda f=f, x=x, g=g, mode=mode:
+            result[mode] = peak_above_baseline(lambda f=f, x=x, g=g, mode=mode:
                                                 step(f, x, mode, g))
         del x, g, f
     return result

@@ -31,17 +31,11 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+from bench_memory import peak_above_baseline  # noqa: E402
+
 from attnbook import ring  # noqa: E402
 
 MiB = 2**20
-
-
-def _rss(field: str) -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-    raise KeyError(field)
 
 
 def _timed(fn, clock):
@@ -70,15 +64,16 @@ def _rank(rank, world, port, args, path):
             qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
             dist.barrier()
             clock[0] = 0.0
-            with open("/proc/self/clear_refs", "w") as fh:
-                fh.write("5")  # reset the high-water mark to the current resident set
-            base = _rss("VmRSS")
-            start = time.perf_counter()
-            out = ring.ring_attention(qs, ks, vs, None, layout=layout)
-            out.backward(dout)
-            wall = time.perf_counter() - start
-            peak = (_rss("VmHWM") - base) / MiB
-            del out, qs, ks, vs
+            walls = []
+
+            def forward_backward(qs=qs, ks=ks, vs=vs, layout=layout, dout=dout, walls=walls):
+                start = time.perf_counter()
+                ring.ring_attention(qs, ks, vs, None, layout=layout).backward(dout)
+                walls.append(time.perf_counter() - start)
+
+            peak = peak_above_baseline(forward_backward)
+            wall = walls[0]
+            del qs, ks, vs
         work = ring.visible_scores(args.T, world, layout)[rank]
         rows.append((layout, rank, work, clock[0], wall, peak))
     gathered = [None] * world

@@ -37,8 +37,10 @@ from pathlib import Path
 import nbformat
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from nbtools import SOLUTION_TITLE  # noqa: E402
+
 DEFAULT_OUT = ROOT / "_build" / "classroom"
-SOLUTION_TITLE = "# @title Solution"
 HIDDEN_NOTE = "The solution is hidden; click to show it."
 PLACEHOLDER = re.compile(r"^(\w+) = \.\.\.", re.M)
 OTTER_KEY = "otter"

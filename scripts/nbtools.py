@@ -15,9 +15,9 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def repository() -> tuple[str, str]:
+def repository(root: Path = ROOT) -> tuple[str, str]:
     """The repository url and branch from _config.yml (the launch buttons use the same block)."""
-    text = (ROOT / "_config.yml").read_text(encoding="utf-8")
+    text = (root / "_config.yml").read_text(encoding="utf-8")
     block = text[text.index("\nrepository:") :]
     url = re.search(r"^\s+url:\s*(\S+)", block, re.M).group(1)
     branch = re.search(r"^\s+branch:\s*(\S+)", block, re.M).group(1)
@@ -55,9 +55,13 @@ def code(text: str, tags: list[str] | None = None, **metadata) -> nbformat.Noteb
     return cell
 
 
+SOLUTION_TITLE = "# @title Solution"
+"""How a solution cell starts (scripts/classroom.py removes these cells from student editions)."""
+
+
 def solution(text: str) -> nbformat.NotebookNode:
     """A solution cell: hidden on the site (hide-input) and collapsed to a form in Colab."""
-    return code("# @title Solution (double-click to show the code)\n" + text.strip("\n"),
+    return code(SOLUTION_TITLE + " (double-click to show the code)\n" + text.strip("\n"),
                 tags=["hide-input"], cellView="form")
 
 

@@ -17,16 +17,16 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from nbtools import repository  # noqa: E402
+
 TEXT_FILES = ["README.md", "book/*.md", "pyproject.toml"]
 URL = re.compile(r"^https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 
 
 def current(root: Path) -> tuple[str, str]:
-    text = (root / "_config.yml").read_text(encoding="utf-8")
-    block = text[text.index("\nrepository:"):]
-    url = re.search(r"^\s+url:\s*(\S+)", block, re.M).group(1)
-    branch = re.search(r"^\s+branch:\s*(\S+)", block, re.M).group(1)
-    return url, branch
+    """The repository url and branch that ``root``'s _config.yml sets now."""
+    return repository(root)
 
 
 def _set_config(root: Path, url: str, branch: str) -> None:
