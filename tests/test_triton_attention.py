@@ -9,6 +9,8 @@ Sizes are small: the interpreter runs each program in NumPy, one after another.
 
 from __future__ import annotations
 
+import inspect
+import math
 import os
 import subprocess
 import sys
@@ -19,11 +21,13 @@ import torch
 _FRESH = "triton" not in sys.modules
 if _FRESH:
     os.environ["TRITON_INTERPRET"] = "1"
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
 
 from attnbook import Attention  # noqa: E402
 from attnbook.gpu.decoding import flash_decoding, merge_partials  # noqa: E402
 from attnbook.gpu.flash import FlashAttention, flash_attention, flash_forward  # noqa: E402
+from attnbook.gpu.kernels import head_offset  # noqa: E402
 from attnbook.gpu.triton_env import interpreting  # noqa: E402
 
 IN_PROCESS = interpreting()
@@ -159,6 +163,236 @@ def test_merge_partials_is_attention_over_the_union():
     merged = merge_partials(outs, lses)
     torch.testing.assert_close(merged[1:], torch.softmax(s[1:], -1) @ v)
     assert (merged[0] == 0).all()
+
+
+def reference(q, k, v, padding_mask=None, causal=True):
+    """Attention in float64 for any head grouping and T_q <= or > T_k, empty rows zero.
+
+    Query head a reads key/value head a // G; causal blocks key j > i + T_k - T_q (the
+    triangle aligned bottom-right, as a KV cache needs).
+    """
+    q, k, v = (t if t.dim() == 4 else t[:, None] for t in (q, k, v))
+    G = q.size(1) // k.size(1)
+    k, v = k.repeat_interleave(G, 1), v.repeat_interleave(G, 1)  # (B, h, T_k, d)
+    s = (q.double() @ k.double().mT) / math.sqrt(q.size(-1))  # (B, h, T_q, T_k)
+    T_q, T_k = s.shape[-2:]
+    blocked = torch.zeros(T_q, T_k, dtype=torch.bool)
+    if causal:
+        blocked = torch.ones(T_q, T_k, dtype=torch.bool).triu(T_k - T_q + 1)
+    if padding_mask is not None:
+        blocked = blocked | ~padding_mask[:, None, None, :]
+    blocked = blocked.expand_as(s)
+    empty = blocked.all(-1, keepdim=True)  # rows that see no key: zeros, zero gradients
+    w = torch.softmax(s.masked_fill(blocked, -math.inf).masked_fill(empty, 0.0), -1)
+    return w.masked_fill(empty, 0.0) @ v.double()
+
+
+def check_against_reference(q, k, v, pad, causal, tol, **blocks):
+    """Outputs and all three gradients of flash_attention against :func:`reference`."""
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    out = flash_attention(q, k, v, pad, causal=causal, **blocks)
+    dout = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), dout)
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = reference(q64, k64, v64, pad, causal)
+    ref = ref[:, 0] if q.dim() == 3 else ref
+    ref_grads = torch.autograd.grad(ref, (q64, k64, v64), dout.double())
+    for name, got, want in zip(("out", "dq", "dk", "dv"), (out, *grads), (ref, *ref_grads)):
+        assert got.dtype == q.dtype and got.shape == want.shape, name
+        torch.testing.assert_close(got.double(), want, atol=tol, rtol=tol, msg=name)
+    return out, grads
+
+
+GQA_CASES = [  # (h, h_kv, T_q, T_k, causal, padded): GQA, MQA and fewer or more queries
+    (4, 2, 37, 37, True, True),
+    (6, 1, 29, 29, True, False),  # multi-query: every query head reads one key/value head
+    (4, 2, 13, 45, True, True),  # chunked prefill: 13 new queries after 32 cached keys
+    (2, 2, 1, 40, True, False),  # one query: it sees every key
+    (4, 2, 40, 23, True, True),  # more queries than keys: the first 17 rows see nothing
+    (4, 4, 21, 50, False, True),
+    (3, 1, 50, 21, False, False),
+]
+
+
+@in_process
+@pytest.mark.parametrize("h,h_kv,T_q,T_k,causal,padded", GQA_CASES)
+def test_grouped_queries_and_other_lengths(h, h_kv, T_q, T_k, causal, padded):
+    B, d = 2, 16
+    q = torch.randn(B, h, T_q, d, dtype=torch.float64)
+    k, v = (torch.randn(B, h_kv, T_k, d, dtype=torch.float64) for _ in range(2))
+    pad = padding(B, T_k, "mixed") if padded else None
+    out, (dq, dk, dv) = check_against_reference(q, k, v, pad, causal, 1e-12,
+                                                block_m=16, block_n=16)
+    assert dk.shape == k.shape and dv.shape == v.shape  # summed over the G query heads
+    if causal and T_q > T_k:  # no key at or before query i when i + T_k - T_q < 0
+        assert (out[:, :, : T_q - T_k] == 0).all() and (dq[:, :, : T_q - T_k] == 0).all()
+
+
+@in_process
+def test_bottom_right_matches_the_full_sequence():
+    """The last T_q queries attending to all T_k keys equal rows T_k - T_q .. T_k - 1 of full
+    causal attention: what a KV cache relies on."""
+    q, k, v = (torch.randn(1, 2, 40, 16, dtype=torch.float64) for _ in range(3))
+    full = flash_attention(q, k, v, block_m=16, block_n=16)
+    tail = flash_attention(q[:, :, 29:], k, v, block_m=16, block_n=16)
+    torch.testing.assert_close(tail, full[:, :, 29:], atol=1e-13, rtol=1e-13)
+
+
+@in_process
+@pytest.mark.parametrize("shape,causal,pad_kind,block_m,block_n", CASES[:4])
+def test_float16_matches_float64(shape, causal, pad_kind, block_m, block_n):
+    """float16 inputs, float32 accumulation: within float16's rounding of a float64 result."""
+    q, k, v = (torch.randn(*shape).half() for _ in range(3))
+    pad = padding(shape[0], shape[-2], pad_kind)
+    check_against_reference(q, k, v, pad, causal, 4e-3, block_m=block_m, block_n=block_n)
+
+
+@in_process
+def test_float16_decoding_with_groups():
+    q = torch.randn(2, 8, 1, 32).half()
+    k, v = (torch.randn(2, 2, 70, 32).half() for _ in range(2))
+    out = flash_decoding(q, k, v, n_split=3, block_n=16)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out.double(), reference(q, k, v, causal=False),
+                               atol=2e-3, rtol=2e-3)
+
+
+@in_process
+def test_bfloat16_is_refused_in_the_interpreter():
+    q = torch.randn(1, 20, 16, dtype=torch.bfloat16)
+    with pytest.raises(NotImplementedError, match="bfloat16 cannot run in Triton's interpreter"):
+        flash_attention(q, q, q)
+    with pytest.raises(NotImplementedError, match="bfloat16"):
+        flash_decoding(q[:, :1], q, q)
+
+
+@in_process
+def test_interpreter_still_gets_bfloat16_dot_wrong():
+    """Pins why bfloat16 is refused: Triton 3.9's interpreter computes tl.dot on bfloat16
+    wrongly. If this fails, Triton fixed it: lift the refusal in triton_env and test bfloat16
+    here like float16."""
+    q, k, v = (torch.randn(1, 1, 32, 16, dtype=torch.bfloat16) for _ in range(3))
+    out, _ = flash_forward(q, k, v, None, True, 16, 16, "ieee")
+    err = (out.double() - reference(q, k, v)).abs().max().item()
+    assert not err < 1.0, f"bfloat16 now agrees to {err:.1e}: Triton's interpreter is fixed"
+
+
+@in_process
+def test_strided_inputs_are_read_in_place(monkeypatch):
+    """A (B, T, h, d) tensor seen as (B, h, T, d), and a slice of a KV cache, reach the kernels
+    as they are (same memory, their own strides), and the results are right."""
+    from attnbook.kv_cache import KVCache
+
+    q = torch.randn(2, 30, 4, 16, dtype=torch.float64).transpose(1, 2)  # (B, h, T, d) view
+    k, v = (torch.randn(2, 30, 2, 16, dtype=torch.float64).transpose(1, 2) for _ in range(2))
+    pad = padding(2, 30, "mixed")
+    cache = KVCache.empty(2, 64, 16, n_kv_heads=2, dtype=torch.float64)
+    cache.append(k, v, pad)
+    L = cache.length
+    k_cached, v_cached = cache.k[:, :, :L], cache.v[:, :, :L]  # (B, h_kv, L, d), not contiguous
+    q1 = torch.randn(2, 4, 1, 16, dtype=torch.float64)
+    assert not k.is_contiguous() and not k_cached.is_contiguous()
+
+    out = flash_attention(q, k, v, pad, block_m=16, block_n=16)
+    torch.testing.assert_close(out, reference(q, k, v, pad).to(out.dtype), atol=1e-12,
+                               rtol=1e-12)
+    got = flash_decoding(q1, k_cached, v_cached, cache.real[:, :L], n_split=3, block_n=16)
+    torch.testing.assert_close(got, reference(q1, k, v, pad, causal=False), atol=1e-12,
+                               rtol=1e-12)
+
+    kernels = kernels_module()
+    launched = {}
+
+    class Record:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.setdefault(self.name, args)
+
+    for name in ("flash_forward_kernel", "flash_decoding_split_kernel",
+                 "flash_decoding_merge_kernel"):
+        monkeypatch.setattr(kernels, name, Record(name))
+    flash_attention(q, k, v, pad, block_m=16, block_n=16)
+    flash_decoding(q1, k_cached, v_cached, cache.real[:, :L], n_split=3, block_n=16)
+    fwd, dec = launched["flash_forward_kernel"], launched["flash_decoding_split_kernel"]
+    assert [t.data_ptr() for t in fwd[:3]] == [t.data_ptr() for t in (q, k, v)]
+    assert fwd[1].stride() == k.stride()  # (B, h_kv, T, d) view of a (B, T, h_kv, d) tensor
+    assert dec[1].data_ptr() == cache.k.data_ptr() and dec[2].data_ptr() == cache.v.data_ptr()
+    assert dec[1].stride() == cache.k.stride()  # the cache's capacity, not L, between heads
+
+
+@in_process
+@pytest.mark.parametrize("call", ["flash_attention", "flash_decoding"])
+def test_shapes_that_do_not_fit_raise(call):
+    fn = flash_attention if call == "flash_attention" else flash_decoding
+    q = torch.randn(2, 4, 1, 16)
+    kv = torch.randn(2, 3, 9, 16)
+    with pytest.raises(ValueError, match="multiple of the key/value heads"):
+        fn(q, kv, kv)
+    with pytest.raises(ValueError, match="same shape"):
+        fn(q, kv[:, :2], kv[:, :1])
+    with pytest.raises(ValueError, match="batch and head width"):
+        fn(q, kv[:1, :2], kv[:1, :2])
+    with pytest.raises(ValueError, match="all be"):
+        fn(q[:, 0], kv[:, :2], kv[:, :2])
+    with pytest.raises(ValueError, match=r"padding_mask must be \(B, T_k\) = \(2, 9\)"):
+        fn(q, kv[:, :2], kv[:, :2], torch.ones(2, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match="one floating dtype"):
+        fn(q, kv[:, :2].double(), kv[:, :2].double())
+
+
+@in_process
+def test_decoding_takes_one_query_and_blocks_are_powers_of_two():
+    kv = torch.randn(1, 2, 9, 16)
+    with pytest.raises(ValueError, match="one query per sequence"):
+        flash_decoding(torch.randn(1, 2, 3, 16), kv, kv)
+    with pytest.raises(ValueError, match="block_m must be a power of 2, got 24"):
+        flash_attention(kv, kv, kv, block_m=24)
+    with pytest.raises(ValueError, match="precision must be one of"):
+        flash_attention(kv, kv, kv, precision="fp32")
+
+
+@triton.jit
+def offset_probe(OUT, stride_b, stride_h):
+    """Stores head_offset(b, a) and the same product in int32, for every (b, a) of the grid."""
+    b, a = tl.program_id(0), tl.program_id(1)
+    tl.store(OUT + 2 * (b * 4 + a), head_offset(b, a, stride_b, stride_h))
+    tl.store(OUT + 2 * (b * 4 + a) + 1, (b * stride_b + a * stride_h).to(tl.int64))
+
+
+@in_process
+def test_offsets_are_64_bit():
+    """head_offset multiplies in int64; the same product in int32 wraps (and the interpreter
+    shows it), so a tensor of more than 2**31 elements would be read at the wrong place."""
+    stride_b, stride_h = 2**30 + 5, 2**28 + 3
+    out = torch.zeros(3 * 4 * 2, dtype=torch.int64)
+    offset_probe[(3, 4)](out, stride_b, stride_h)
+    wide, narrow = out.view(3, 4, 2).unbind(-1)
+    b, a = torch.meshgrid(torch.arange(3), torch.arange(4), indexing="ij")
+    exact = b * stride_b + a * stride_h
+    assert torch.equal(wide, exact)
+    assert not torch.equal(narrow, exact)  # int32 wraps past 2**31: the test can fail
+
+
+@in_process
+def test_causal_loop_is_split_at_the_diagonal():
+    """Off-diagonal tiles skip the mask: results are bit-identical whether a tile is taken
+    by the masked or the unmasked loop, so moving the split changes nothing."""
+    q, k, v = (torch.randn(1, 1, 64, 16, dtype=torch.float64) for _ in range(3))
+    # Blocks of 16 queries and 16 keys: 3 unmasked tiles in the last program; 64 x 64 blocks:
+    # one masked tile that holds everything.
+    small, _ = flash_forward(q, k, v, None, True, 16, 16, "ieee")
+    whole, _ = flash_forward(q, k, v, None, True, 64, 64, "ieee")
+    torch.testing.assert_close(small, whole, atol=1e-14, rtol=1e-14)
+    kernel = inspect.getsource(kernels_module().flash_forward_kernel.fn)
+    assert kernel.count("forward_tile(") == 2 and "False, CAUSAL" in kernel
+
+
+def kernels_module():
+    from attnbook.gpu import load_kernels
+
+    return load_kernels()
 
 
 def test_in_subprocess():

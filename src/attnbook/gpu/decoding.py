@@ -12,8 +12,9 @@ import math
 
 import torch
 
-from .flash import _d_pad, _pad_arg
-from .triton_env import check_device, load_kernels
+from .configs import decoding_config, default_precision, device_arch
+from .flash import LOG2E, _as_4d, _d_pad, _pad_arg, check_shapes
+from .triton_env import check_device, check_interpretable, load_kernels
 
 
 def flash_decoding(
@@ -23,47 +24,72 @@ def flash_decoding(
     padding_mask: torch.Tensor | None = None,
     *,
     n_split: int = 4,
-    block_n: int = 64,
+    block_n: int | None = None,
 ) -> torch.Tensor:
     """Attention of one query per sequence to all of its keys, the keys split ``n_split`` ways.
 
     The query is the newest token, so every key in the cache is at or before it: no causal
     mask is needed. The padding mask (True = real) masks keys, as everywhere in attnbook; a
-    query with no real key gets the zero vector.
+    query with no real key gets the zero vector. With grouped-query attention (``h_kv < h``),
+    the ``h / h_kv`` query heads that share a key/value head are computed by one program from
+    one read of that head's keys and values.
 
     Args:
         q: the new query of each sequence (and head).
-        k, v: the cached keys and values, the new token's included.
+        k, v: the cached keys and values, the new token's included; read in place through
+            their strides (a slice ``cache.k[:, :, :L]`` of a :class:`attnbook.KVCache` is not
+            copied).
         padding_mask: True for real keys, False for padding; None if all are real.
         n_split: how many programs share one query's keys.
-        block_n: keys per step of each program's loop.
+        block_n: keys per step of each program's loop (a power of 2); None takes it from
+            :func:`attnbook.gpu.configs.decoding_config`.
 
     Returns:
         The output of the one query, the same as attending with :class:`attnbook.Attention`
         from the last position.
 
+    Raises:
+        ValueError: a q with more than one query, or shapes that do not fit together.
+        NotImplementedError: bfloat16 in Triton's interpreter, which computes it wrongly.
+
     Shape:
-        q: (B, 1, d) or (B, h, 1, d_h); k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
-        -> same as q
+        q: (B, 1, d) or (B, h, 1, d_h); k, v: (B, T, d) or (B, h_kv, T, d_h), h a multiple of
+        h_kv; padding_mask: (B, T) -> same as q
     """
+    check_shapes(q, k, v, padding_mask)
+    if q.size(-2) != 1:
+        raise ValueError(f"flash_decoding takes one query per sequence and head, (B, 1, d) or "
+                         f"(B, h, 1, d_h); got q of shape {tuple(q.shape)} "
+                         "(use flash_attention for several queries)")
+    if n_split < 1:
+        raise ValueError(f"n_split must be at least 1, got {n_split}")
     kernels = load_kernels()
     check_device(q, k, v)
+    check_interpretable(q.dtype)
     three_d = q.dim() == 3
-    q4, k4, v4 = ((t[:, None] if three_d else t).contiguous() for t in (q, k, v))
+    q4, k4, v4 = (_as_4d(t) for t in (q, k, v))  # views: (B, h, 1, d), (B, h_kv, T, d)
     B, h, _, d = q4.shape
-    T = k4.size(-2)
-    chunk = math.ceil(T / n_split)  # keys per program
+    h_kv, T = k4.size(1), k4.size(2)
+    arch = device_arch(q.device)
+    cfg = decoding_config(arch, q.dtype, d)
+    block_n = block_n or cfg.block_n
+    if block_n < 1 or block_n & (block_n - 1):
+        raise ValueError(f"block_n must be a power of 2, got {block_n}")
+    chunk = math.ceil(T / n_split) if T else 1  # keys per program
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
-    o_part = torch.empty((B * h, n_split, d), device=q.device, dtype=acc)
-    lse_part = torch.empty((B * h, n_split), device=q.device, dtype=acc)
-    kernels.flash_decoding_split_kernel[(n_split, B * h)](
-        q4, k4, v4, o_part, lse_part, _pad_arg(padding_mask, q), 1.0 / math.sqrt(d), T, h, d,
-        chunk, HAS_PAD=padding_mask is not None, PRECISION="ieee", BLOCK_N=block_n,
-        D_PAD=_d_pad(d))
-    out = torch.empty_like(q4)
+    o_part = torch.empty((B, h, n_split, d), device=q.device, dtype=acc)
+    lse_part = torch.empty((B, h, n_split), device=q.device, dtype=acc)
+    G = h // h_kv  # query heads per key/value head: the rows of one tile
+    kernels.flash_decoding_split_kernel[(n_split, B * h_kv)](
+        q4, k4, v4, o_part, lse_part, _pad_arg(padding_mask, q), LOG2E / math.sqrt(d), T,
+        h_kv, G, chunk, q4.stride(0), q4.stride(1), *k4.stride()[:3], *v4.stride()[:3],
+        HAS_PAD=padding_mask is not None, PRECISION=default_precision(arch, q.dtype),
+        BLOCK_N=block_n, G_PAD=max(16, 1 << (G - 1).bit_length()), D=d, D_PAD=_d_pad(d),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    out = torch.empty((B, h, 1, d), device=q.device, dtype=q.dtype)
     kernels.flash_decoding_merge_kernel[(B * h,)](
-        o_part, lse_part, out, n_split, d, S_PAD=max(2, 1 << (n_split - 1).bit_length()),
-        D_PAD=_d_pad(d))
+        o_part, lse_part, out, n_split, S_PAD=max(2, 1 << (n_split - 1).bit_length()),
+        D=d, D_PAD=_d_pad(d))
     return out[:, 0] if three_d else out
 
 

@@ -1,8 +1,10 @@
-"""FlashAttention in Triton: the host side that shapes the tensors and launches the kernels.
+"""FlashAttention in Triton: the host side that checks the shapes and launches the kernels.
 
 ``flash_attention`` is a drop-in for :meth:`attnbook.Attention.attend`'s output (steps 2 to 6)
-with the same masks, shapes and empty-row policy; gradients flow through ``FlashAttention``,
-whose backward recomputes the weights from the saved log-sum-exp. The kernels are in
+with the same masks, shapes and empty-row policy, plus what a KV cache produces: fewer key/value
+heads than query heads (grouped-query attention) and fewer queries than keys (the causal
+triangle aligned bottom-right). Gradients flow through ``FlashAttention``, whose backward
+recomputes the weights from the saved log-sum-exp. The kernels are in
 :mod:`attnbook.gpu.kernels`; on a machine without a GPU they run in Triton's interpreter.
 """
 
@@ -12,7 +14,11 @@ import math
 
 import torch
 
-from .triton_env import check_device, load_kernels
+from .configs import LaunchConfig, backward_config, default_precision, device_arch, forward_config
+from .triton_env import check_device, check_interpretable, load_kernels
+
+LOG2E = 1.4426950408889634  # log2(e): the kernels use exp2, so the scale carries it
+PRECISIONS = ("ieee", "tf32", "tf32x3")
 
 
 def flash_attention(
@@ -22,74 +28,140 @@ def flash_attention(
     padding_mask: torch.Tensor | None = None,
     *,
     causal: bool = True,
-    block_m: int = 64,
-    block_n: int = 64,
-    precision: str = "ieee",
+    block_m: int | None = None,
+    block_n: int | None = None,
+    precision: str | None = None,
 ) -> torch.Tensor:
     """Attention (steps 2 to 6) computed by the Triton kernels of Part VI.
 
     Args:
-        q, k, v: queries, keys and values, already projected.
-        padding_mask: True for real tokens, False for padding; None if all are real. It
-            masks keys.
-        causal: block keys in the future of each query (``j > i``).
-        block_m, block_n: queries per program and keys per step of its loop (powers of 2).
-        precision: ``tl.dot``'s input precision for float32: ``"ieee"`` (full float32, the
-            default) or ``"tf32"`` (tensor cores, 10 mantissa bits). The interpreter ignores it.
+        q, k, v: queries, keys and values, already projected; read in place (any strides with
+            the last one 1), never copied.
+        padding_mask: True for real keys, False for padding; None if all are real.
+        causal: block keys in the future of each query: query ``i`` sees keys
+            ``j <= i + T_k - T_q`` (with ``T_q = T_k``, the usual ``j <= i``; with fewer
+            queries, they are the last ``T_q`` positions, as in a KV cache).
+        block_m, block_n: queries per program and keys per step of its loop (powers of 2);
+            None takes them from the device's row of :mod:`attnbook.gpu.configs`.
+        precision: ``tl.dot``'s input precision for float32 inputs: ``"ieee"``, ``"tf32"``
+            (one TF32 product, 10 mantissa bits) or ``"tf32x3"`` (three, about float32's
+            accuracy); None: ``"tf32x3"`` on sm80 and newer, ``"ieee"`` elsewhere. The
+            interpreter ignores it.
 
     Returns:
         The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding. A query with no
         visible key outputs zeros and passes zero gradients.
 
+    Raises:
+        ValueError: shapes, dtypes or devices that do not fit together (the message says what
+            was expected), block sizes that are not powers of 2, an unknown precision.
+        NotImplementedError: bfloat16 in Triton's interpreter, which computes it wrongly.
+
     Shape:
-        q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
+        q: (B, T_q, d) or (B, h, T_q, d_h); k, v: (B, T_k, d) or (B, h_kv, T_k, d_h) with h a
+        multiple of h_kv; padding_mask: (B, T_k) -> same as q
     """
+    check_shapes(q, k, v, padding_mask)
+    load_kernels()
+    check_interpretable(q.dtype)
+    cfg = forward_config(device_arch(q.device), q.dtype, q.size(-1))
+    block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
+    for name, value in (("block_m", block_m), ("block_n", block_n)):
+        if value < 1 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of 2, got {value}")
+    if precision is None:
+        precision = default_precision(device_arch(q.device), q.dtype)
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
     return FlashAttention.apply(q, k, v, padding_mask, causal, block_m, block_n, precision)
 
 
-def flash_forward(q, k, v, padding_mask, causal, block_m, block_n, precision):
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 padding_mask: torch.Tensor | None) -> None:
+    """Raise a ValueError naming what was expected when q, k, v and the mask do not fit."""
+    if q.dim() not in (3, 4) or k.dim() != q.dim() or v.dim() != q.dim():
+        raise ValueError("q, k, v must all be (B, T, d) or all (B, h, T, d_h); got shapes "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and "
+                         f"{tuple(v.shape)}")
+    if k.size(0) != q.size(0) or k.size(-1) != q.size(-1):
+        raise ValueError(f"k must have q's batch and head width: expected ({q.size(0)}, ..., "
+                         f"{q.size(-1)}), got {tuple(k.shape)}")
+    if q.dim() == 4 and q.size(1) % k.size(1):
+        raise ValueError(f"q has {q.size(1)} heads and k, v have {k.size(1)}: the query heads "
+                         "must be a multiple of the key/value heads (grouped-query attention)")
+    if not (q.dtype == k.dtype == v.dtype) or q.dtype not in (torch.float16, torch.bfloat16,
+                                                             torch.float32, torch.float64):
+        raise ValueError("q, k, v must share one floating dtype (float16, bfloat16, float32 or "
+                         f"float64), got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if padding_mask is not None and tuple(padding_mask.shape) != (q.size(0), k.size(-2)):
+        raise ValueError(f"padding_mask must be (B, T_k) = ({q.size(0)}, {k.size(-2)}), True for "
+                         f"real keys; got {tuple(padding_mask.shape)}")
+
+
+def flash_forward(q, k, v, padding_mask, causal, block_m, block_n, precision,
+                  cfg: LaunchConfig | None = None):
     """Launch the forward kernel: one program per (query block, batch·head).
 
     Returns:
         ``out`` and the log-sum-exp ``lse`` of each query (``-inf`` for an empty row).
 
     Shape:
-        q, k, v: (B, h, T, d) contiguous; padding_mask: (B, T) or None -> (B, h, T, d), (B, h, T)
+        q: (B, h, T_q, d), k, v: (B, h_kv, T_k, d), last stride 1; padding_mask: (B, T_k) or
+        None -> (B, h, T_q, d) contiguous, (B, h, T_q)
     """
     kernels = load_kernels()
     check_device(q, k, v)
-    B, h, T, d = q.shape
-    out = torch.empty_like(q)
-    lse = torch.empty((B, h, T), device=q.device, dtype=_acc_dtype(q))
-    pad = _pad_arg(padding_mask, q)
-    grid = (math.ceil(T / block_m), B * h)  # query blocks x (batch, head): all independent
+    B, h, T_q, d = q.shape
+    h_kv, T_k = k.size(1), k.size(2)
+    cfg = cfg or forward_config(device_arch(q.device), q.dtype, d)
+    out = torch.empty((B, h, T_q, d), device=q.device, dtype=q.dtype)
+    lse = torch.empty((B, h, T_q), device=q.device, dtype=_acc_dtype(q))
+    if out.numel() == 0:
+        return out, lse.fill_(float("-inf"))
+    grid = (math.ceil(T_q / block_m), B * h)  # query blocks x (batch, head): all independent
     kernels.flash_forward_kernel[grid](
-        q, k, v, out, lse, pad, 1.0 / math.sqrt(d), T, h, d,
+        q, k, v, out, lse, _pad_arg(padding_mask, q), LOG2E / math.sqrt(d), T_q, T_k, h,
+        h // h_kv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         CAUSAL=causal, HAS_PAD=padding_mask is not None, PRECISION=precision,
-        BLOCK_M=block_m, BLOCK_N=block_n, D_PAD=_d_pad(d))
+        BLOCK_M=block_m, BLOCK_N=block_n, D=d, D_PAD=_d_pad(d),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out, lse
 
 
-def flash_backward(dout, q, k, v, out, lse, padding_mask, causal, block_m, block_n, precision):
-    """Launch the backward kernel: one program per (key block, batch·head).
+def flash_backward(dout, q, k, v, out, lse, padding_mask, causal, block_m, block_n, precision,
+                   cfg: LaunchConfig | None = None):
+    """Launch the backward kernel: one program per (key block, batch·key/value head).
 
     ``D = rowsum(dO ∘ O)`` is one small pass here in PyTorch; dQ is accumulated in an
     ``atomic_add`` buffer of the accumulation type, then cast to q's type.
 
     Shape:
-        all (B, h, T, d) contiguous, lse (B, h, T) -> dq, dk, dv (B, h, T, d)
+        q, dout, out: (B, h, T_q, d), k, v: (B, h_kv, T_k, d), lse (B, h, T_q)
+        -> dq (B, h, T_q, d), dk, dv (B, h_kv, T_k, d)
     """
     kernels = load_kernels()
-    B, h, T, d = q.shape
-    delta = (dout.to(lse.dtype) * out.to(lse.dtype)).sum(-1)  # (B, h, T): D_i = dO_i · O_i
-    dq = torch.zeros(q.shape, device=q.device, dtype=lse.dtype)  # atomic adds land here
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    pad = _pad_arg(padding_mask, q)
-    grid = (math.ceil(T / block_n), B * h)  # key blocks x (batch, head)
+    B, h, T_q, d = q.shape
+    h_kv, T_k = k.size(1), k.size(2)
+    cfg = cfg or backward_config(device_arch(q.device), q.dtype, d)
+    dout = dout.contiguous()  # read as contiguous (B, h, T_q, d), like out and dq
+    delta = (dout.to(lse.dtype) * out.to(lse.dtype)).sum(-1)  # (B, h, T_q): D_i = dO_i · O_i
+    dq = torch.zeros((B, h, T_q, d), device=q.device, dtype=lse.dtype)  # atomic adds land here
+    dk = torch.empty((B, h_kv, T_k, d), device=q.device, dtype=k.dtype)
+    dv = torch.empty((B, h_kv, T_k, d), device=q.device, dtype=v.dtype)
+    if T_k == 0 or T_q == 0 or B == 0:
+        return dq.to(q.dtype), dk.zero_(), dv.zero_()
+    grid = (math.ceil(T_k / block_n), B * h_kv)  # key blocks x (batch, key/value head)
     kernels.flash_backward_kernel[grid](
-        q, k, v, dout, lse, delta, dq, dk, dv, pad, 1.0 / math.sqrt(d), T, h, d,
+        q, k, v, dout, lse, delta, dq, dk, dv, _pad_arg(padding_mask, q),
+        LOG2E / math.sqrt(d), 1.0 / math.sqrt(d), T_q, T_k, h_kv, h // h_kv,
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
         CAUSAL=causal, HAS_PAD=padding_mask is not None, PRECISION=precision,
-        BLOCK_M=block_m, BLOCK_N=block_n, D_PAD=_d_pad(d))
+        BLOCK_M=block_m, BLOCK_N=block_n, D=d, D_PAD=_d_pad(d),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return dq.to(q.dtype), dk, dv
 
 
@@ -109,16 +181,20 @@ class FlashAttention(torch.autograd.Function):
     def backward(ctx, dout):
         q, k, v, out, lse, padding_mask = ctx.saved_tensors
         causal, block_m, block_n, precision, three_d = ctx.settings
-        grads = flash_backward(_as_4d(dout), q, k, v, out, lse, padding_mask, causal,
-                               block_m, block_n, precision)
+        dout4 = dout[:, None] if three_d else dout
+        cfg = backward_config(device_arch(q.device), q.dtype, q.size(-1))
+        grads = flash_backward(dout4, q, k, v, out, lse, padding_mask, causal,
+                               min(block_m, cfg.block_m), min(block_n, cfg.block_n),
+                               precision, cfg)
         if three_d:
             grads = tuple(g[:, 0] for g in grads)
         return (*grads, None, None, None, None, None)
 
 
 def _as_4d(t: torch.Tensor) -> torch.Tensor:
-    """(B, T, d) -> (B, 1, T, d); (B, h, T, d) stays; both made contiguous for the kernels."""
-    return (t[:, None] if t.dim() == 3 else t).contiguous()
+    """(B, T, d) -> (B, 1, T, d), a view; a copy only when the last stride is not 1."""
+    t = t[:, None] if t.dim() == 3 else t
+    return t if t.stride(-1) == 1 else t.contiguous()
 
 
 def _d_pad(d: int) -> int:

@@ -47,3 +47,18 @@ def check_device(*tensors: torch.Tensor) -> None:
             "variable TRITON_INTERPRET=1 before triton is first imported (here it was imported "
             "without it), or move the tensors to a CUDA device."
         )
+
+
+def check_interpretable(dtype: torch.dtype) -> None:
+    """Refuse bfloat16 in the interpreter rather than return its wrong results.
+
+    Triton 3.9's interpreter computes ``tl.dot`` on bfloat16 tiles wrongly (errors around 1e9
+    against float64; ``tests/test_triton_attention.py`` pins this so that a fixed Triton is
+    noticed). Compiled kernels on a GPU are not affected; float16 is right in the interpreter.
+    """
+    if dtype == torch.bfloat16 and interpreting():
+        raise NotImplementedError(
+            "bfloat16 cannot run in Triton's interpreter: its tl.dot on bfloat16 gives wrong "
+            "results (Triton 3.9). On the CPU use float16, float32 or float64; bfloat16 runs "
+            "compiled, on a CUDA GPU."
+        )
