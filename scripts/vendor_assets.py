@@ -4,7 +4,9 @@ The built pages must need no host but their own (a classroom network may block C
 require.js and the ipywidgets HTML manager come from ``npm ci`` (versions pinned in package.json
 and package-lock.json) and are copied here; ``_config.yml`` names ``_assets`` in
 ``html_static_path`` and points ``mathjax_path`` and ``nb_ipywidgets_js`` at these copies.
-Only what the pages use is copied. ``_assets/third_party/`` is generated: it is git-ignored.
+axe-core comes the same way for the browser test, which injects it into every page to audit its
+accessibility offline; ``_config.yml`` excludes it from the site's ``_static``.
+Only what is used is copied. ``_assets/third_party/`` is generated: it is git-ignored.
 
 Usage: python scripts/vendor_assets.py   (after ``npm ci``; ``make book`` runs both)
 """
@@ -32,6 +34,8 @@ COPIES = [
     ("@jupyter-widgets/html-manager", ["LICENSE", "dist/embed-amd.js", "dist/*.woff2",
                                        "dist/*.woff", "dist/*.ttf", "dist/*.eot", "dist/*.svg"],
      "html-manager"),
+    # The accessibility audit of tests/test_site_browser.py (not served by the site).
+    ("axe-core", ["LICENSE", "axe.min.js"], "axe-core"),
 ]
 
 
