@@ -55,9 +55,14 @@ class Exercise:
     module: str  # e.g. "attnbook.exercises.scaling"
     call: str  # the lab's check call, e.g. "check_scaled_scores(answer, q, k)"
     cell: int  # index of the exercise cell in the lab
-    variable: str  # the variable the learner fills in, e.g. "answer"
+    variable: str  # the variable the check is called with, e.g. "answer"
     solutions: list[int] = field(default_factory=list)  # indices of its solution cells
     points: int = 1
+    function: str | None = None  # the function the learner writes, if the exercise is one
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.module}.{self.check}"
 
 
 def is_solution(cell) -> bool:
@@ -87,8 +92,34 @@ def _check_call(source: str) -> tuple[str, str] | None:
     return None
 
 
+def _function_placeholder(source: str) -> str | None:
+    """The name of a function in the cell whose body still ends in ``return ...``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+                isinstance(s, ast.Return) and isinstance(s.value, ast.Constant)
+                and s.value.value is Ellipsis for s in node.body):
+            return node.name
+    return None
+
+
+def _answer_variable(call: str) -> str | None:
+    """The variable a check call is given as its first argument (``answer`` by convention)."""
+    node = ast.parse(call, mode="eval").body
+    first = node.args[0] if node.args else None
+    return first.id if isinstance(first, ast.Name) else None
+
+
 def find_exercises(nb) -> list[Exercise]:
-    """The exercises of a lab, each with its solution cells."""
+    """The exercises of a lab, each with its solution cells.
+
+    An exercise cell calls a ``check_*`` function and either sets a variable to ``...``
+    (``answer = ...``) or defines a function whose body is ``return ...``: the learner writes
+    that function, and a grader can call it on hidden inputs.
+    """
     imports: dict[str, str] = {}
     exercises: list[Exercise] = []
     for i, cell in enumerate(nb.cells):
@@ -100,16 +131,18 @@ def find_exercises(nb) -> list[Exercise]:
                 exercises[-1].solutions.append(i)
             continue
         placeholder = PLACEHOLDER.search(cell.source)
+        function = _function_placeholder(cell.source)
         call = _check_call(cell.source)
-        if not placeholder or not call:
+        if not (placeholder or function) or not call:
             continue
         check, source = call
         names = {e.name for e in exercises}
         name, n = check.removeprefix("check_"), 2
         while name in names:
             name, n = f"{check.removeprefix('check_')}_{n}", n + 1
+        variable = placeholder.group(1) if placeholder else _answer_variable(source)
         exercises.append(Exercise(name, check, imports.get(check, "attnbook.exercises"),
-                                  source, i, placeholder.group(1)))
+                                  source, i, variable, function=function))
     return exercises
 
 
@@ -141,8 +174,30 @@ def retag(nb, exercises: list[Exercise]) -> int:
     return sum(s is not None for s in starts)
 
 
-def student_edition(nb, exercises: list[Exercise]):
-    """The lab without its solution cells (and without the notes that point at them)."""
+SUMMARY_HEADING = re.compile(r"^##\s+What you saw\s*$", re.M)
+SUMMARY_PROMPT = ("## What you saw\n\nWrite down, in a few lines of your own, what this lab "
+                  "showed you. (The book's summary is on the chapter's page; it is left out "
+                  "here because it states the exercises' answers.)")
+STUDENT_NOTE = (
+    "**Student edition.** Fill in each `...` of the exercises and run the check below it: it "
+    "says whether your answer is right and, if not, which mistake it looks like. Where an "
+    "exercise asks for a function, the grader also calls it on inputs you have not seen, so "
+    "compute from the function's arguments rather than typing numbers in.\n\n"
+    "**Before you hand in: Kernel → Restart and run all** (in Colab: Runtime → Restart session "
+    "and run all), then save. The grader runs your notebook top to bottom in a fresh kernel, "
+    "so an answer that only works when the cells run in another order does not count. Hand in "
+    "this notebook (`.ipynb`); do not change the given inputs or the checks.")
+
+
+def student_edition(nb, exercises: list[Exercise], lab: str | None = None):
+    """The lab as students get it: no solutions, nothing that gives an answer away.
+
+    Removed: the solution cells, the notes that point at them (the whole cell, so a sentence
+    such as "It predicts, then measures." does not dangle), and the closing "What you saw"
+    summary, which states the answers (replaced by a prompt). Added: a first cell with the
+    hand-in rules, and the lab id in the notebook's metadata (``attnbook.lab``), by which the
+    grader recognises the lab whatever the file is called.
+    """
     nb = copy.deepcopy(nb)
     drop = {i for ex in exercises for i in ex.solutions}
     drop |= {i for i, c in enumerate(nb.cells) if is_solution(c)}
@@ -151,17 +206,21 @@ def student_edition(nb, exercises: list[Exercise]):
         if i in drop:
             continue
         if cell.cell_type == "markdown" and HIDDEN_NOTE in cell.source:
-            cell.source = cell.source.replace(HIDDEN_NOTE, "").strip()
-            if not cell.source:
-                continue
+            continue
+        if cell.cell_type == "markdown" and SUMMARY_HEADING.search(cell.source):
+            rest = cell.source[SUMMARY_HEADING.search(cell.source).start():]
+            # Keep a trailing "Next: ..." pointer, which gives nothing away.
+            after = re.search(r"^Next\b.*", rest, re.M | re.S)
+            cell.source = (cell.source[:SUMMARY_HEADING.search(cell.source).start()]
+                           + SUMMARY_PROMPT + ("\n\n" + after.group(0) if after else ""))
         cells.append(cell)
     nb.cells = cells
     retag(nb, exercises)
-    title = nbformat.v4.new_markdown_cell(
-        "**Student edition.** Fill in each `...` of the exercises and run the check below it: it "
-        "says whether your answer is right and, if not, which mistake it looks like. Hand in this "
-        "notebook (`.ipynb`) with its file name unchanged.")
-    nb.cells.insert(1, title)
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(STUDENT_NOTE))
+    if lab:
+        nb.metadata["attnbook"] = {"lab": lab, "edition": "student"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
     return nb
 
 
@@ -183,10 +242,13 @@ def grading_notes(exercises: list[Exercise]) -> str:
     return "\n".join(lines)
 
 
-def instructor_edition(nb, exercises: list[Exercise]):
+def instructor_edition(nb, exercises: list[Exercise], lab: str | None = None):
+    """The lab with its solutions, graded after each solution, opening with grading notes."""
     nb = copy.deepcopy(nb)
     retag(nb, exercises)
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(grading_notes(exercises)))
+    if lab:
+        nb.metadata["attnbook"] = {"lab": lab, "edition": "instructor"}
     return nb
 
 
@@ -244,8 +306,8 @@ def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT) -> dict[str, 
         nb = nbformat.read(path, as_version=4)
         exercises = find_exercises(nb)
         lab = path.stem
-        nbformat.write(student_edition(nb, exercises), out / "student" / path.name)
-        nbformat.write(instructor_edition(nb, exercises), out / "instructor" / path.name)
+        nbformat.write(student_edition(nb, exercises, lab), out / "student" / path.name)
+        nbformat.write(instructor_edition(nb, exercises, lab), out / "instructor" / path.name)
         write_tests(lab, exercises, out / "tests" / lab)
         if exercises:
             otter_generate(out / "tests" / lab, out / "autograder" / f"{lab}.zip")

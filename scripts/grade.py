@@ -1,265 +1,280 @@
-"""Grade students' lab notebooks offline with Otter-Grader: a score table and a feedback report.
+"""Grade handed-in labs for marks: a gradebook, one feedback file per student, flags to review.
 
-Usage: python scripts/grade.py SUBMISSIONS [--out _build/grades] [--timeout 600]
+Usage: python scripts/grade.py SUBMISSIONS [--out _build/grades] [--labs 04_causal_mask,...]
+                               [--jobs N] [--seed N] [--name FOLDER]
 
-SUBMISSIONS holds one folder per student, each with the lab notebooks they hand in, named as
-handed out (``alice/03_scaling.ipynb``; the lab is found by its two-digit number). Each notebook
-is graded by ``otter run`` (Otter-Grader without containers: no Docker needed) against the
-autograder that ``scripts/classroom.py`` writes, in its own process with a time limit, so a
-notebook that raises, loops for ever or deletes variables gets a clear message and the others are
-still graded. Widgets are not precomputed while grading (ATTNBOOK_STATIC_WIDGETS=skip).
+SUBMISSIONS holds what students handed in: one folder per student, or the flat or foldered
+downloads of Canvas, Moodle and Gradescope (scripts/grading/discover.py lists the patterns).
+Labs are recognised by content, so "Copy of 06_softmax.ipynb" or "06_softmax (1).ipynb" are
+graded; of several files for one lab the latest is graded and the duplicate is flagged.
 
-Writes into OUT:
-    scores.csv     one row per student, lab and exercise: points, possible, the check's verdict
-    feedback.md    per student and lab: the score of each exercise and the check's diagnosis
-    results/       Otter's results per notebook (JSON)
+Each notebook runs top to bottom in a fresh, sandboxed ``python3`` kernel (whatever kernel it
+names), several at a time, each cell with its time limit (scripts/grading/points.toml). After
+each exercise the grader captures the answer and calls the learner's function on hidden inputs
+drawn from a seed the notebook does not contain; the grader's own copy of the checkers, loaded
+before any notebook ran, then decides. Solution cells are removed before grading (and flagged),
+and code that replaces a checker or the library is reported.
+
+Writes a new folder OUT/<date_time> (never overwriting an earlier run):
+    gradebook.csv    one row per student: a column per lab, total, flags, the graded files
+    exercises.csv    one row per student, lab and exercise: points, feedback, flags
+    feedback/        one Markdown file per student
+    summary.md       the table and the list of flags to review
+    run.json         seed, timings and versions, to reproduce or audit the run
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
+import copy
+import hashlib
 import json
+import multiprocessing
 import os
-import re
-import signal
-import subprocess
+import secrets
 import sys
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import classroom  # noqa: E402
+from grading import discover, gradebook, judge  # noqa: E402
+from grading.execute import Run, run_notebook  # noqa: E402
+from grading.sandbox import Limits, can_unshare_network  # noqa: E402
 
 ROOT = classroom.ROOT
 DEFAULT_OUT = ROOT / "_build" / "grades"
 
 
-def lab_of(path: Path, labs: dict[str, Path]) -> str | None:
-    """The lab a submitted notebook is, from the two-digit number its name starts with."""
-    m = re.match(r"(\d\d)", path.name)
-    if not m:
-        return None
-    return next((lab for lab in labs if lab.startswith(m.group(1) + "_")), None)
+def _tree_hash(folder: Path) -> str:
+    """A fingerprint of the library and its checkers (``folder``'s .py files, GPU code aside)."""
+    digest = hashlib.sha256()
+    for path in sorted([*folder.glob("*.py"), *(folder / "exercises").glob("*.py")]):
+        digest.update(str(path.relative_to(folder)).encode() + path.read_bytes())
+    return digest.hexdigest()
 
 
-def _verdict(message: str) -> str:
-    """The check's own words from Otter's test-case message (the assertion text)."""
-    for line in reversed(message.strip().splitlines()):
-        line = line.strip()
-        if line.startswith("AssertionError:"):
-            return line.removeprefix("AssertionError:").strip()
-        if re.match(r"\w+(Error|Exception)\b", line):
-            return f"the check could not run: {line}"
-    return message.strip().splitlines()[-1] if message.strip() else ""
+def _run_task(task: dict) -> Run:
+    """In a worker process: run one notebook in its sandbox (never raises)."""
+    with tempfile.TemporaryDirectory(prefix="attnbook-grade-") as tmp:
+        try:
+            return run_notebook(task["nb"], task["captures"], Path(tmp), task["limits"],
+                                task["pristine"], task["imported"], task["cell_seconds"],
+                                task["notebook_seconds"])
+        except Exception as err:  # the grader's own failure: report it on this notebook only
+            names = {c.name: None for c in task["captures"]}
+            return Run(names, {}, [], [], note=f"The grader failed on this notebook "
+                                               f"({type(err).__name__}: {err}).")
 
 
-def run_one(submission: Path, autograder: Path, out: Path) -> None:
-    """In a child process: grade one notebook with Otter and write a small JSON summary."""
-    import otter.run
-
-    results = otter.run.main(str(submission), autograder=str(autograder), output_dir=str(out),
-                             no_logo=True)
-    exercises = {}
-    for name, result in results.results.items():
-        messages = [r.message for r in result.test_case_results if not r.passed]
-        exercises[name] = {"score": results.get_score(name), "possible": result.possible,
-                           "message": "Correct." if not messages else _verdict(messages[0])}
-    errors = []
-    for cell in results.notebook.cells:
-        raised = [f"{o['ename']}: {o['evalue']}".strip() for o in cell.get("outputs", [])
-                  if o.get("output_type") == "error"]
-        errors += raised
-        graded = cell.get("metadata", {}).get("otter", {}).get("tests", [])
-        for name in graded:  # the exercise's own cell raised: say so before the verdict
-            if raised and name in exercises and exercises[name]["message"] != "Correct.":
-                exercises[name]["message"] = (f"Your exercise cell raised {raised[0]}. "
-                                              f"The check then says: {exercises[name]['message']}")
-    (out / "summary.json").write_text(json.dumps({"exercises": exercises, "errors": errors}))
-
-
-def _cpu_seconds(pid: int) -> float | None:
-    """CPU time of a process and its descendants (the kernel), or None without psutil."""
+def default_jobs() -> int:
+    """Kernels side by side: one per core, at most 8, and about 1.5 GiB of memory each."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     try:
-        import psutil
-    except ImportError:
-        return None
-    try:
-        parent = psutil.Process(pid)
-        total = 0.0
-        for proc in [parent, *parent.children(recursive=True)]:
-            try:
-                times = proc.cpu_times()
-                total += times.user + times.system
-            except psutil.Error:
-                pass
-        return total
-    except psutil.Error:
-        return None
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError):
+        memory = 8.0
+    return max(1, min(cores or 1, 8, int(memory / 1.5)))
 
 
-def _run_child(graded: Path, autograder: Path, out: Path, cwd: Path, timeout: float,
-               stall: float) -> tuple[str, str]:
-    """Run ``otter run`` on one notebook in a child process group.
+def _prepare(nb) -> tuple[object, int]:
+    """The notebook as graded: solution cells out, the python3 kernel whatever it asked for."""
+    graded, solutions = judge.strip_solutions(nb)
+    graded.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                     "language": "python"}
+    return graded, solutions
 
-    Returns ("done" | "failed" | "timeout" | "stalled", its log). "stalled" means no CPU time
-    was used for ``stall`` seconds: a cell waits for input, or the kernel lost a message (an
-    intermittent hang of ipykernel 7 that a second try gets past); an endless loop uses CPU and
-    runs into ``timeout`` instead.
+
+def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = None,
+          jobs: int | None = None, seed: int | None = None, name: str | None = None,
+          config_path: Path = judge.POINTS, quiet: bool = False) -> Path:
+    """Grade every notebook in ``submissions``; write the gradebook into a new folder.
+
+    Args:
+        submissions: the folder of hand-ins (see the module docstring for the layouts).
+        out: where the dated run folders go.
+        labs: the labs of this assignment; default: every lab some submission is.
+        jobs: notebooks graded side by side (default: :func:`default_jobs`).
+        seed: the hidden inputs' seed (default: drawn now, recorded in run.json).
+        name: the run folder's name instead of the date (it must not exist).
+        config_path: points and time limits (points.toml).
+        quiet: print nothing.
+
+    Returns:
+        The run folder.
     """
-    env = dict(os.environ, ATTNBOOK_STATIC_WIDGETS="skip", PYTHONUNBUFFERED="1")
-    command = [sys.executable, str(Path(__file__).resolve()), "--one", str(graded),
-               str(autograder), str(out)]
-    log_path = cwd / "otter.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(command, cwd=cwd, env=env, stdout=log,
-                                   stderr=subprocess.STDOUT, start_new_session=True)
-        start = last_busy = time.monotonic()
-        last_cpu = _cpu_seconds(process.pid)
-        outcome = None
-        while outcome is None:
-            try:
-                process.wait(timeout=2)
-                outcome = "done" if process.returncode == 0 else "failed"
-                break
-            except subprocess.TimeoutExpired:
-                pass
-            now = time.monotonic()
-            cpu = _cpu_seconds(process.pid)
-            if cpu is not None and last_cpu is not None and cpu > last_cpu + 0.05:
-                last_cpu, last_busy = cpu, now
-            if now - start > timeout:
-                outcome = "timeout"
-            elif cpu is not None and now - last_busy > stall:
-                outcome = "stalled"
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)  # the child, its kernel and their children
-            process.wait()
-    return outcome, log_path.read_text(errors="replace")
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))  # noqa: E731
+    started = time.monotonic()
+    submissions = submissions.resolve()
+    if not submissions.is_dir():
+        raise FileNotFoundError(f"no such folder: {submissions}")
+    import torch
+
+    torch.set_num_threads(1)  # the grader judges; the kernels compute
+    cfg = judge.config(config_path)
+    package = Path(__import__("attnbook").__file__).parent
+    fingerprint = _tree_hash(package)
+    pristine = judge.pristine_functions()  # imports every checker now, before any notebook
+    all_labs = {p.stem: nbformat.read(p, as_version=4)
+                for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
+    exercises = {lab: classroom.find_exercises(nb) for lab, nb in all_labs.items()}
+    for lab, found in exercises.items():
+        for ex in found:
+            ex.points = judge.exercise_config(cfg, lab, ex.name)["points"]
+    found = discover.discover(submissions, list(all_labs))
+    labs = labs or sorted({s.lab for s in found if s.lab})
+    unknown = [lab for lab in labs if lab not in all_labs]
+    if unknown:
+        raise ValueError(f"no such lab: {', '.join(unknown)} (labs: {', '.join(all_labs)})")
+    seed = secrets.randbits(31) if seed is None else seed
+    limits = Limits(memory_gib=cfg["limits"]["memory_gib"], file_mib=cfg["limits"]["file_mib"])
+
+    students: dict[str, gradebook.StudentResult] = {}
+    groups: dict[tuple[str, str], list[discover.Submission]] = {}
+    for sub in found:
+        s = students.setdefault(sub.student, gradebook.StudentResult(sub.student, sub.student_id))
+        s.student_id = s.student_id or sub.student_id
+        rel = str(sub.path.relative_to(submissions))
+        if sub.problem or sub.lab not in labs:
+            why = sub.problem or f"{sub.lab} is not part of this assignment"
+            s.flags.append(judge.Flag("not-graded", f"`{rel}` was not graded: {why}."))
+            continue
+        groups.setdefault((sub.student, sub.lab), []).append(sub)
+
+    tasks, meta = [], []
+    imported = {lab: {ex.check: ex.qualname for ex in exercises[lab]} for lab in labs}
+    for (student, lab), subs in sorted(groups.items()):
+        chosen, others = discover.pick(subs)
+        rel = str(chosen.path.relative_to(submissions))
+        result = gradebook.LabResult(lab, rel)
+        if others:
+            result.flags.append(judge.Flag("duplicate", f"{len(subs)} files for {lab}: graded "
+                                           f"`{rel}` (the latest); not graded: " +
+                                           ", ".join(f"`{o.path.relative_to(submissions)}`"
+                                                     for o in others) + "."))
+        nb, solutions = _prepare(chosen.nb)
+        if solutions:
+            result.flags.append(judge.Flag("solutions-present", f"The notebook contains the "
+                                           f"book's {solutions} solution cells (the lab from the "
+                                           "site, not the student edition). They were removed "
+                                           "and only the student's own cells were graded."))
+        result.flags += judge.source_flags(chosen.nb, exercises[lab])
+        captures, cases = judge.plan(nb, lab, exercises[lab], cfg, seed)
+        students[student].labs[lab] = result
+        meta.append((student, lab, chosen, cases))
+        tasks.append(_task(nb, captures, limits, pristine, imported[lab], cfg))
+
+    # The given inputs of exercises that are not functions: from the untouched student edition.
+    reference_labs = [lab for lab in labs if any(judge.spec_of(ex) is None
+                                                 for ex in exercises[lab])]
+    for lab in reference_labs:
+        nb = classroom.student_edition(all_labs[lab], exercises[lab])
+        captures, _ = judge.plan(nb, lab, exercises[lab], cfg, seed)
+        tasks.append(_task(nb, captures, limits, pristine, imported[lab], cfg))
+
+    jobs = jobs or default_jobs()
+    say(f"grading {len(meta)} notebooks ({len(reference_labs)} reference runs) with {jobs} "
+        f"kernels side by side; network off: {can_unshare_network()}")
+    runs = _run_all(tasks, jobs, say, [f"{m[0]}/{m[1]}" for m in meta] +
+                    [f"reference/{lab}" for lab in reference_labs])
+    references = dict(zip(reference_labs, runs[len(meta):]))
+    solutions_by_lab = {lab: judge.published_solutions(all_labs[lab], exercises[lab])
+                        for lab in labs}
+    for (student, lab, chosen, cases), run in zip(meta, runs):
+        result = students[student].labs[lab]
+        verdicts, flags = judge.judge(lab, exercises[lab], run, cases, cfg,
+                                      references.get(lab),
+                                      judge.saved_correct(chosen.nb, exercises[lab]),
+                                      solutions_by_lab[lab])
+        result.verdicts, result.note, result.seconds = verdicts, run.note, run.seconds
+        result.flags += [f for f in flags if f.code not in {g.code for g in result.flags}]
+        codes = {c for v in verdicts for c in v.flags}
+        if "method" in codes:
+            result.flags.append(judge.Flag("method", "A function uses what its exercise rules "
+                                           "out (see the exercise's feedback)."))
+        if "hard-coded" in codes:
+            result.flags.append(judge.Flag("hard-coded", "An answer is right on the lab's own "
+                                           "input only (see the exercise's feedback)."))
+        if "published-solution" in codes:
+            result.flags.append(judge.Flag("published-solution", "A function is the book's "
+                                           "published solution, verbatim.", review=False))
+    for s in students.values():  # every lab gets a column: missing ones score 0, flagged
+        for lab in labs:
+            if lab not in s.labs:
+                s.labs[lab] = gradebook.LabResult(lab, "", [judge.Verdict(
+                    ex.name, 0.0, float(ex.points), "Not handed in.") for ex in exercises[lab]])
+                s.flags.append(judge.Flag(f"missing:{lab}", f"No notebook for {lab}: it scores 0."))
+    changed = _tree_hash(package) != fingerprint
+    folder = gradebook.new_folder(out.resolve(), name)
+    ordered = sorted(students.values(), key=lambda s: s.student.lower())
+    gradebook.write(folder, ordered, labs, exercises)
+    if changed:  # the scores came from the copies loaded before; later runs would not
+        warning = (f"\n**Warning:** the attnbook package under {package} changed while the "
+                   "notebooks ran (a submission wrote to it, or someone edited it). These scores "
+                   "come from the checkers loaded before any notebook ran; check the package "
+                   "(git status) before grading again.\n")
+        with open(folder / "summary.md", "a", encoding="utf-8") as f:
+            f.write(warning)
+        say(warning)
+    seconds = time.monotonic() - started
+    (folder / "run.json").write_text(json.dumps({
+        "submissions": str(submissions), "labs": labs, "seed": seed, "jobs": jobs,
+        "notebooks": len(meta), "reference_runs": len(reference_labs),
+        "seconds": round(seconds, 1),
+        "seconds_per_notebook": {f"{m[0]}/{m[1]}": round(r.seconds, 1)
+                                 for m, r in zip(meta, runs)},
+        "network_off": can_unshare_network(), "limits": cfg["limits"],
+        "attnbook_fingerprint": fingerprint, "attnbook_changed_during_run": changed,
+        "python": sys.version.split()[0], "torch": torch.__version__}, indent=1) + "\n",
+        encoding="utf-8")
+    say(f"graded {len(meta)} notebooks in {seconds:.0f} s: {folder}")
+    return folder
 
 
-def grade_notebook(submission: Path, lab: str, classroom_dir: Path, out: Path,
-                   timeout: float, stall: float = 120) -> dict:
-    """Grade one submission in a child process; never raises. Returns exercises and a note."""
-    exercises = json.loads((classroom_dir / "tests" / lab / "exercises.json").read_text())
-    zero = {e["name"]: {"score": 0, "possible": e["points"], "message": ""} for e in exercises}
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        nb = nbformat.read(submission, as_version=4)
-    except Exception as err:  # not a notebook, or broken JSON
-        note = f"Not graded: the file is not a readable notebook ({type(err).__name__}: {err})."
-        return {"exercises": _with(zero, note), "note": note}
-    known = [classroom.Exercise(e["name"], e["check"], e["module"], e["call"], -1, "answer")
-             for e in exercises]
-    found = classroom.retag(nb, known)
-    summary = out / "summary.json"
-    for attempt in (1, 2):
-        summary.unlink(missing_ok=True)
-        with tempfile.TemporaryDirectory() as tmp:
-            graded = Path(tmp) / submission.name
-            nbformat.write(nb, graded)
-            outcome, log = _run_child(graded, classroom_dir / "autograder" / f"{lab}.zip", out,
-                                      Path(tmp), timeout, stall)
-        if outcome != "stalled" or attempt == 2:
-            break
-        print(f"  no progress for {stall:g} s: grading {submission.name} again", flush=True)
-    if outcome == "timeout":
-        note = (f"Not graded: the notebook ran longer than {timeout:g} s (an endless loop?) "
-                "and was stopped; every exercise of this lab scores 0.")
-        return {"exercises": _with(zero, note), "note": note}
-    if outcome == "stalled":
-        note = (f"Not graded: the notebook made no progress for {stall:g} s, twice (is a cell "
-                "waiting for input?) and was stopped; every exercise of this lab scores 0.")
-        return {"exercises": _with(zero, note), "note": note}
-    if outcome != "done" or not summary.exists():
-        tail = " ".join(log.strip().splitlines()[-3:])
-        note = f"Not graded: the grader failed on this notebook ({tail})."
-        return {"exercises": _with(zero, note), "note": note}
-    result = json.loads(summary.read_text())
-    notes = []
-    if found < len(exercises):
-        notes.append(f"{len(exercises) - found} of {len(exercises)} exercise cells were not found "
-                     "(deleted or renamed?); their checks ran at the end of the notebook.")
-    if result["errors"]:
-        shown = "; ".join(result["errors"][:3])
-        notes.append(f"{len(result['errors'])} cell(s) raised an error ({shown}); the grader "
-                     "went on with the next cells.")
-    return {"exercises": {**zero, **result["exercises"]}, "note": " ".join(notes)}
+def _task(nb, captures, limits, pristine, imported, cfg) -> dict:
+    return {"nb": nb, "captures": captures, "limits": limits, "pristine": pristine,
+            "imported": imported, "cell_seconds": cfg["limits"]["cell_seconds"],
+            "notebook_seconds": cfg["limits"]["notebook_seconds"]}
 
 
-def _with(exercises: dict, note: str) -> dict:
-    return {k: dict(v, message=note) for k, v in exercises.items()}
+def _run_all(tasks: list[dict], jobs: int, say, labels: list[str]) -> list[Run]:
+    """Run the tasks ``jobs`` at a time in worker processes forked from this one.
 
-
-def grade(submissions: Path, out: Path = DEFAULT_OUT, classroom_dir: Path = classroom.DEFAULT_OUT,
-          timeout: float = 600, stall: float = 120) -> list[dict]:
-    """Grade every student's notebooks; write scores.csv and feedback.md. Returns the rows."""
-    submissions, out, classroom_dir = submissions.resolve(), out.resolve(), classroom_dir.resolve()
-    labs = {p.stem: p for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
-    students = sorted(p for p in submissions.iterdir() if p.is_dir())
-    wanted = {lab_of(nb, labs) for s in students for nb in s.glob("*.ipynb")} - {None}
-    missing = [labs[lab] for lab in sorted(wanted)
-               if not (classroom_dir / "autograder" / f"{lab}.zip").exists()]
-    if missing:  # build what is needed (make classroom builds everything)
-        classroom.build(missing, classroom_dir)
-    rows, report = [], ["# Feedback", ""]
-    for student in students:
-        report += [f"## {student.name}", ""]
-        notebooks = sorted(student.glob("*.ipynb"))
-        if not notebooks:
-            report += ["No notebook handed in.", ""]
-        for nb in notebooks:
-            lab = lab_of(nb, labs)
-            if lab is None:
-                report += [f"### {nb.name}", "", "Not graded: no lab has this number.", ""]
-                continue
-            print(f"grading {student.name}/{nb.name}", flush=True)
-            result = grade_notebook(nb, lab, classroom_dir, out / "results" / student.name / lab,
-                                    timeout, stall)
-            total = sum(e["score"] for e in result["exercises"].values())
-            possible = sum(e["possible"] for e in result["exercises"].values())
-            report += [f"### {lab}: {total:g} / {possible:g}", ""]
-            if result["note"]:
-                report += [f"*{result['note']}*", ""]
-            report += ["| exercise | points | the check says |", "|---|---|---|"]
-            for name, e in result["exercises"].items():
-                rows.append({"student": student.name, "lab": lab, "exercise": name,
-                             "points": e["score"], "possible": e["possible"],
-                             "feedback": e["message"], "note": result["note"]})
-                message = e["message"].replace("|", "\\|").replace("\n", " ")
-                report.append(f"| {name} | {e['score']:g} / {e['possible']:g} | {message} |")
-            report.append("")
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "scores.csv", "w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, ["student", "lab", "exercise", "points", "possible",
-                                    "feedback", "note"])
-        writer.writeheader()
-        writer.writerows(rows)
-    (out / "feedback.md").write_text("\n".join(report) + "\n", encoding="utf-8")
-    return rows
+    Forked after the checkers were imported, so the workers hold the pristine copies too.
+    """
+    if not tasks:
+        return []
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
+        futures = [pool.submit(_run_task, copy.deepcopy(t) if jobs == 1 else t) for t in tasks]
+        runs = []
+        for label, future in zip(labels, futures):
+            run = future.result()
+            say(f"  {label}: {run.seconds:.0f} s{' (' + run.note[:60] + ')' if run.note else ''}")
+            runs.append(run)
+    return runs
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "--one":  # the child process of grade_notebook
-        run_one(Path(argv[1]), Path(argv[2]), Path(argv[3]))
-        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("submissions", type=Path, help="one folder per student")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
-    parser.add_argument("--classroom", type=Path, default=classroom.DEFAULT_OUT,
-                        help="where scripts/classroom.py wrote the autograders")
-    parser.add_argument("--timeout", type=float, default=600,
-                        help="seconds one notebook may run (default 600)")
-    parser.add_argument("--stall", type=float, default=120,
-                        help="seconds without CPU use after which a run is tried again, then "
-                             "stopped (default 120)")
+    parser.add_argument("submissions", type=Path, help="the folder of hand-ins")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="where run folders go (default _build/grades)")
+    parser.add_argument("--labs", help="comma-separated labs of this assignment (default: those "
+                                       "handed in); a missing one scores 0")
+    parser.add_argument("--jobs", type=int, help="notebooks side by side (default: per core)")
+    parser.add_argument("--seed", type=int, help="seed of the hidden inputs (default: random)")
+    parser.add_argument("--name", help="name of the run folder instead of the date")
+    parser.add_argument("--points", type=Path, default=judge.POINTS,
+                        help="points and time limits (default scripts/grading/points.toml)")
     args = parser.parse_args(argv)
-    rows = grade(args.submissions, args.out, args.classroom, args.timeout, args.stall)
-    print(f"{len(rows)} exercise grades: {args.out / 'scores.csv'}, {args.out / 'feedback.md'}")
+    labs = [lab.strip() for lab in args.labs.split(",")] if args.labs else None
+    folder = grade(args.submissions, args.out, labs, args.jobs, args.seed, args.name, args.points)
+    print((folder / "summary.md").read_text(encoding="utf-8"))
 
 
 if __name__ == "__main__":

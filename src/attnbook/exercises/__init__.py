@@ -7,8 +7,8 @@ variant, name the mistake it looks like.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import torch
 
@@ -62,9 +62,19 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
     if answer.shape != expected.shape:
         return Feedback(False, f"Not yet: {name} has shape {tuple(answer.shape)}, "
                                f"expected {tuple(expected.shape)}.")
-    if not torch.isfinite(answer).all():
-        return Feedback(False, f"Not yet: {name} contains NaN or inf.")
-    err = (answer.double() - expected.double()).abs().max().item()
+    if torch.isnan(answer).any() and not torch.isnan(expected).any():
+        return Feedback(False, f"Not yet: {name} contains NaN.")
+    # Compare where the infinities are before the values: a right answer may hold -inf too.
+    for sign, inf in (("-inf", float("-inf")), ("inf", float("inf"))):
+        wrong_place = ((answer == inf) != (expected == inf)).sum().item()
+        if wrong_place:
+            return Feedback(False, f"Not yet: {name} has {sign} in {wrong_place} "
+                                   f"{'entry' if wrong_place == 1 else 'entries'} where the right "
+                                   f"answer does not, or lacks it where it should have it.")
+    finite = torch.isfinite(expected)
+    if not finite.all():  # the infinities agree: compare the finite entries
+        answer, expected = answer[finite], expected[finite]
+    err = (answer.double() - expected.double()).nan_to_num(nan=float("inf")).abs().max().item()
     return Feedback(False, f"Not yet: {name} has the right shape but differs by up to {err:.3g}.")
 
 
@@ -83,6 +93,52 @@ def check_number(answer, right: float, mistakes: Mapping[str, float] | None = No
     return check_tensor(answer, as_tensor(right),
                         {k: as_tensor(v) for k, v in (mistakes or {}).items()},
                         name=name, atol=0.0, rtol=rtol)
+
+
+@dataclass(frozen=True)
+class HiddenCase:
+    """One input the grader calls a learner's function with: ``fn(*call)``, then
+    ``check(answer, *check_args)``."""
+
+    call: tuple
+    check_args: tuple
+    label: str  # how the feedback names the case, e.g. "T = 7"
+
+
+@dataclass(frozen=True)
+class FunctionExercise:
+    """An exercise phrased as a function, so that a grader can test it on inputs the learner never
+    saw (scripts/grading calls it in the learner's kernel and judges the result in its own
+    process with the pristine ``check``).
+
+    Args:
+        function: the name the learner defines in the exercise cell, e.g. ``"masked_scores"``.
+        check: the lab's checker, ``check(answer, *case.check_args) -> Feedback``.
+        cases: ``cases(generator) -> [HiddenCase, ...]``; the grader seeds the generator with a
+            number the notebook does not contain, and works in float64 unless a case says
+            otherwise (float32 where the exercise is about float32).
+        forbidden: names the function may not use, the prompt's method limits (e.g. ``softmax``);
+            matched against the names its code refers to, helpers it calls included.
+    """
+
+    function: str
+    check: Callable[..., Feedback]
+    cases: Callable[[torch.Generator], list[HiddenCase]]
+    forbidden: tuple[str, ...] = field(default=())
+
+
+def hidden_cases(spec: FunctionExercise, seed: int) -> list[HiddenCase]:
+    """The hidden cases of ``spec`` for ``seed`` (the same seed gives the same cases).
+
+    Args:
+        spec: the exercise.
+        seed: any integer; a grader draws it at grading time.
+
+    Returns:
+        The cases, with every tensor on the CPU.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    return spec.cases(generator)
 
 
 # The registry of diagnoses: read from the checkers' own source, so it never goes stale.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Feedback, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor
 
 
 def _ones(T: int) -> torch.Tensor:
@@ -100,3 +100,33 @@ def check_changed_outputs(answer, T: int, j: int) -> Feedback:
     }
     return check_tensor(answer, expected, mistakes, name="your set of changed outputs",
                         atol=0, rtol=0)
+
+
+# The exercises as functions, for grading on inputs the learner never saw (scripts/grading).
+
+
+def _mask_cases(g: torch.Generator) -> list[HiddenCase]:
+    return [HiddenCase((T,), (T,), f"T = {T}") for T in (1, 2, 7, 9)]
+
+
+def _scores_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    for T, scale in ((1, 1.0), (4, 3.0), (7, 1.0), (6, 500.0)):  # 500: far from 0, as in ch. 4
+        s = scale * torch.randn(T, T, generator=g, dtype=torch.float64)
+        cases.append(HiddenCase((s.clone(),), (s,), f"scores of shape ({T}, {T})"))
+    return cases
+
+
+def _changed_cases(g: torch.Generator) -> list[HiddenCase]:
+    return [HiddenCase((T, j), (T, j), f"T = {T}, j = {j}")
+            for T, j in ((8, 0), (7, 6), (9, 4), (1, 0))]
+
+
+GRADED = {
+    "check_causal_mask": FunctionExercise("my_causal_mask", check_causal_mask, _mask_cases,
+                                          forbidden=("causal_mask",)),
+    "check_masked_scores": FunctionExercise("masked_scores", check_masked_scores, _scores_cases),
+    "check_changed_outputs": FunctionExercise("changed_outputs", check_changed_outputs,
+                                              _changed_cases),
+}
+"""Check name -> the exercise as a function, graded on hidden inputs."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..softmax import softmax_jacobian, stable_softmax
-from . import Feedback, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor
 
 
 def _naive_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -102,3 +102,50 @@ def check_temperature(answer, scores: torch.Tensor, temperature: float) -> Feedb
             p ** (1 / tau),
     }
     return check_tensor(answer, expected, mistakes, name="the tempered softmax")
+
+
+# The exercises as functions, for grading on inputs the learner never saw (scripts/grading).
+
+_NO_SOFTMAX = ("softmax", "stable_softmax", "temperature_softmax", "masked_softmax",
+               "log_softmax", "softmax_v2", "Softmax")
+
+
+def _softmax_cases(g: torch.Generator) -> list[HiddenCase]:
+    big = 3 * torch.randn(5, 5, generator=g)  # float32, as in the lab: one row near 1000
+    big[1] += 1000.0
+    small = torch.randn(3, 7, generator=g, dtype=torch.float64)
+    small[2] -= 1000.0  # every exponential underflows in the naive formula
+    one = torch.randn(1, 1, generator=g, dtype=torch.float64)
+    return [HiddenCase((S.clone(),), (S,), label) for S, label in (
+        (big, "a (5, 5) float32 matrix with a row near 1000"),
+        (small, "a (3, 7) float64 matrix with a row near -1000"),
+        (one, "a (1, 1) matrix"))]
+
+
+def _jacobian_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    for n in (2, 5, 8):
+        s = 2 * torch.randn(n, generator=g, dtype=torch.float64)
+        cases.append(HiddenCase((stable_softmax(s),), (s,), f"p of length {n}"))
+    return cases
+
+
+def _temperature_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    for n, tau in ((4, 0.25), (6, 2.0), (9, 0.7)):
+        s = 2 * torch.randn(n, generator=g, dtype=torch.float64)
+        cases.append(HiddenCase((s.clone(), tau), (s, tau), f"{n} scores, tau = {tau}"))
+    return cases
+
+
+GRADED = {
+    "check_softmax": FunctionExercise("softmax_rows", check_softmax, _softmax_cases,
+                                      forbidden=_NO_SOFTMAX),
+    "check_jacobian": FunctionExercise("jacobian_from_p", check_jacobian, _jacobian_cases,
+                                       forbidden=("softmax_jacobian", "jacobian", "autograd",
+                                                  "backward", "grad")),
+    "check_temperature": FunctionExercise("tempered_softmax", check_temperature,
+                                          _temperature_cases,
+                                          forbidden=("temperature_softmax",)),
+}
+"""Check name -> the exercise as a function, graded on hidden inputs."""

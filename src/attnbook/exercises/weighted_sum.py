@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from . import Feedback, check_tensor
+from ..softmax import stable_softmax
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor
 
 
 def _shape(answer) -> tuple[int, ...] | None:
@@ -32,8 +33,10 @@ def check_outputs(answer, weights: torch.Tensor, v: torch.Tensor, k: torch.Tenso
             expected.T,
     }
     if scores is not None:
-        mistakes["the raw scores times the values, S V: apply the softmax first"] = (
-            scores.detach().double().cpu() @ V)
+        S = scores.detach().double().cpu()
+        mistakes["the raw scores times the values, S V: apply the softmax first"] = S @ V
+        mistakes["the weights of the scores without the causal mask, softmax(S) V: every "
+                 "token sees the future; use the weights given"] = stable_softmax(S) @ V
     if T == d:  # these only have the right shape when T == d
         mistakes["V A instead of A V: the weights must multiply from the left"] = V @ A
         mistakes["an elementwise product A * V instead of the matrix product A @ V"] = A * V
@@ -88,3 +91,47 @@ def check_permuted_outputs(answer, y: torch.Tensor, perm: torch.Tensor) -> Feedb
     if Y.shape[1] == perm.numel():  # only then is permuting the features possible
         mistakes["the features permuted, y[:, perm], instead of the tokens (rows)"] = Y[:, perm]
     return check_tensor(answer, expected, mistakes, name="Y for the shuffled tokens")
+
+
+# The exercises as functions, for grading on inputs the learner never saw (scripts/grading).
+
+
+def _outputs_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    for T, d in ((5, 3), (3, 6), (4, 4)):  # T != d shows transposes; T == d the elementwise slip
+        q, k, v = (torch.randn(T, d, generator=g, dtype=torch.float64) for _ in range(3))
+        scores = q @ k.T / d ** 0.5  # (T, T) unmasked
+        future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
+        w = stable_softmax(scores.masked_fill(future, float("-inf")))  # (T, T) causal weights
+        cases.append(HiddenCase((w.clone(), v.clone()), (w, v, k, scores), f"T = {T}, d = {d}"))
+    return cases
+
+
+def _hull_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    for T in (1, 6, 9):
+        V = 2 * torch.randn(T, 2, generator=g, dtype=torch.float64)
+        cases.append(HiddenCase((V.clone(),), (V,), f"{T} values"))
+    return cases
+
+
+def _permuted_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    for T, d in ((6, 3), (4, 4)):
+        y = torch.randn(T, d, generator=g, dtype=torch.float64)
+        perm = torch.randperm(T, generator=g)
+        while T > 1 and torch.equal(perm, torch.arange(T)):  # the identity shows nothing
+            perm = torch.randperm(T, generator=g)
+        cases.append(HiddenCase((y.clone(), perm.clone()), (y, perm), f"T = {T}, d = {d}"))
+    return cases
+
+
+GRADED = {
+    "check_outputs": FunctionExercise("outputs", check_outputs, _outputs_cases,
+                                      forbidden=("weighted_sum", "weighted_sum_v1", "einsum")),
+    "check_hull_bound": FunctionExercise("hull_bound", check_hull_bound, _hull_cases),
+    "check_permuted_outputs": FunctionExercise("permuted_outputs", check_permuted_outputs,
+                                               _permuted_cases,
+                                               forbidden=("attention_no_mask", "attn")),
+}
+"""Check name -> the exercise as a function, graded on hidden inputs."""

@@ -1,0 +1,223 @@
+"""Write the adversarial submissions folder: what real students hand in, and what cheats do.
+
+Usage: python tests/submissions/make_submissions.py OUT    (then: make grade SUBMISSIONS=OUT)
+
+Every notebook is made from the current student edition (or the book's lab) by a small edit, so
+the folder never drifts from the labs. tests/test_grading.py grades it end to end and checks
+each student's score and flags; CASES below says what each one is and what an instructor
+should see.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import classroom  # noqa: E402
+
+LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
+
+# Right answers in a student's own words (not the book's solutions, which get flagged).
+RIGHT = {
+    "my_causal_mask": "    i = torch.arange(T)\n    return i[None, :] > i[:, None]",
+    "masked_scores": "    T = s.shape[-1]\n"
+                     "    return s.masked_fill(torch.ones(T, T).triu(1).bool().to(s.device), "
+                     "-float('inf'))",
+    "changed_outputs": "    return [i >= j for i in range(T)]",
+    "softmax_rows": "    z = S - S.max(dim=-1, keepdim=True).values\n"
+                    "    return z.exp() / z.exp().sum(-1, keepdim=True)",
+    "jacobian_from_p": "    return torch.diag(p) - p[:, None] * p[None, :]",
+    "tempered_softmax": "    scaled = s / tau\n    return stable_softmax(scaled)",
+}
+# Typical mistakes, each of which a check names.
+MISTAKES = {
+    "my_causal_mask": "    return torch.tril(torch.ones(T, T, dtype=torch.bool))",
+    "masked_scores": "    T = s.size(-1)\n"
+                     "    return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)",
+    "changed_outputs": "    return torch.arange(T) <= j",
+    "softmax_rows": "    return S.exp() / S.exp().sum(-1, keepdim=True)",
+    "hull_bound": "    return V[:, 0].max().expand(V.size(0))",
+    "permuted_outputs": "    return y[torch.argsort(perm)]",
+}
+
+CASES = {
+    "ada/04_causal_mask.ipynb": "right answers in her own words: 3 / 3",
+    "ada/06_softmax.ipynb": "right answers: 3 / 3 (ada hands in no lab 07: missing, 0)",
+    "ben/06_softmax.ipynb": "replaces the checkers in the setup cell, answers zeros, 0, 'no "
+                            "idea': 0 / 3, tamper",
+    "cleo/07_weighted_sum.ipynb": "overwrites the given weights (w = eye) and returns v; the "
+                                  "other two are typical mistakes: 0 / 3, diagnoses named",
+    "dan/Copy of 06_softmax.ipynb": "Colab's copy name, a kernel named attn-course, exercise 1 "
+                                    "hard-coded from printed numbers: 2 / 3, hard-coded",
+    "eve/06_softmax.ipynb": "the book's own lab (solutions collapsed but present), her own "
+                            "answers wrong: 0 / 3, solutions-present",
+    "frankli_1234_56789_06_softmax.ipynb": "Canvas flat download, first hand-in (wrong)",
+    "frankli_1234_56790_06_softmax-1.ipynb": "Canvas resubmission, the book's solutions pasted: "
+                                             "graded, 3 / 3, duplicate, published-solution",
+    "gus/06_softmax.ipynb": "an endless loop in the last exercise: 2 / 3, the loop's "
+                            "exercise alone loses its point",
+    "gus/notes.ipynb": "an unrelated notebook: not graded, flagged",
+    "hana/06_softmax.ipynb": "right answers, never executed: 3 / 3, never-run (information)",
+    "hana/07_weighted_sum.ipynb": "not JSON at all: not graded, flagged; lab 07 missing",
+    "ivan/06_softmax.ipynb": "saved output says Correct after running cells out of order: "
+                             "0 for that exercise, told why; out-of-order",
+    "Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb": "Moodle folder, three "
+                                                                    "typical mistakes: 0 / 3",
+}
+
+
+def _answer(nb, function: str, body: str):
+    """Replace the ``return ...`` line of ``function``'s exercise cell by ``body``."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and f"def {function}(" in cell.source and "return ..." in \
+                cell.source:
+            cell.source = re.sub(r"^    return \.\.\..*$", lambda _: body, cell.source,
+                                 count=1, flags=re.M)
+            return nb
+    raise LookupError(f"no exercise cell defines {function}")
+
+
+def _fill(nb, answers: dict[str, str]):
+    nb = copy.deepcopy(nb)
+    for function, body in answers.items():
+        _answer(nb, function, body)
+    return nb
+
+
+def _saved_run(nb, said: dict[str, str] | None = None, order: list[int] | None = None):
+    """Pretend the notebook was run: execution counts (in ``order`` if given) and outputs."""
+    nb = copy.deepcopy(nb)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    for n, cell in zip(order or range(1, len(code) + 1), code):
+        cell.execution_count = n
+    for cell in code:
+        for function, text in (said or {}).items():
+            if f"def {function}(" in cell.source or f"answer = {function}(" in cell.source:
+                if "check_" in cell.source:
+                    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text)]
+    return nb
+
+
+def _never_run(nb):
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.execution_count, cell.outputs = None, []
+    return nb
+
+
+def build(out: Path) -> dict[str, str]:
+    """Write the submissions into ``out`` (which must not exist). Returns CASES."""
+    editions, labs = {}, {}
+    for lab in LABS:
+        labs[lab] = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
+        editions[lab] = classroom.student_edition(labs[lab],
+                                                  classroom.find_exercises(labs[lab]), lab)
+    s04, s06, s07 = (editions[lab] for lab in LABS)
+    files = {}
+    files["ada/04_causal_mask.ipynb"] = _fill(s04, {k: RIGHT[k] for k in (
+        "my_causal_mask", "masked_scores", "changed_outputs")})
+    files["ada/06_softmax.ipynb"] = _fill(s06, {k: RIGHT[k] for k in (
+        "softmax_rows", "jacobian_from_p", "tempered_softmax")})
+
+    ben = _fill(s06, {"softmax_rows": "    return torch.zeros_like(S)",
+                      "jacobian_from_p": "    return 0",
+                      "tempered_softmax": "    return 'no idea'"})
+    setup = next(c for c in ben.cells if c.cell_type == "code")
+    setup.source += ("\n\nimport attnbook.exercises.softmax as _sm\n"
+                     "from attnbook.exercises import Feedback\n"
+                     "for _name in ('check_softmax', 'check_jacobian', 'check_temperature'):\n"
+                     "    setattr(_sm, _name, lambda *a, **k: Feedback(True, 'Correct: matches.'))")
+    files["ben/06_softmax.ipynb"] = ben
+
+    cleo = _fill(s07, {"outputs": "    return v", "hull_bound": MISTAKES["hull_bound"],
+                       "permuted_outputs": MISTAKES["permuted_outputs"]})
+    cell = next(c for c in cleo.cells if "answer = outputs(w, v)" in c.source)
+    cell.source = cell.source.replace("answer = outputs(w, v)",
+                                      "w = torch.eye(4, dtype=torch.float64)\n"
+                                      "answer = outputs(w, v)")
+    files["cleo/07_weighted_sum.ipynb"] = cleo
+
+    # Dan copied the numbers another student's run printed (the lab's S1, 4 decimals).
+    import torch
+
+    S1 = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.3, -0.2, 1.5, 0.0],
+                       [1000.0, 998.0, 990.0, 0.0], [-2.0, 3.0, 1.0, 0.5]])
+    rows = ",\n".join("        [" + ", ".join(f"{x:.4f}" for x in row) + "]"
+                      for row in torch.softmax(S1, dim=-1).tolist())
+    printed = f"    return torch.tensor([\n{rows}])"
+    dan = _fill(s06, {"softmax_rows": printed, "jacobian_from_p": RIGHT["jacobian_from_p"],
+                      "tempered_softmax": RIGHT["tempered_softmax"]})
+    dan.metadata["kernelspec"] = {"name": "attn-course", "display_name": "Attention course",
+                                  "language": "python"}
+    del dan.metadata["attnbook"]  # Colab keeps metadata, but the name must be enough
+    files["dan/Copy of 06_softmax.ipynb"] = dan
+
+    files["eve/06_softmax.ipynb"] = _fill(labs["06_softmax"], {
+        "softmax_rows": MISTAKES["softmax_rows"],
+        "jacobian_from_p": "    return torch.diag(p)",
+        "tempered_softmax": "    return stable_softmax(s * tau)"})
+
+    files["frankli_1234_56789_06_softmax.ipynb"] = _fill(s06, {
+        "softmax_rows": MISTAKES["softmax_rows"]})
+    solutions = {}
+    for ex in classroom.find_exercises(labs["06_softmax"]):
+        source = labs["06_softmax"].cells[ex.solutions[0]].source
+        body = source[source.index(f"def {ex.function}("):].split("\n\n")[0]
+        solutions[ex.function] = body.split("\n", 1)[1].split('"""\n', 2)[-1]
+    files["frankli_1234_56790_06_softmax-1.ipynb"] = _fill(s06, solutions)
+
+    gus = _fill(s06, {"softmax_rows": RIGHT["softmax_rows"],
+                      "jacobian_from_p": RIGHT["jacobian_from_p"],
+                      "tempered_softmax": "    while True:\n        pass"})
+    files["gus/06_softmax.ipynb"] = gus
+    notes = nbformat.v4.new_notebook()
+    notes.cells = [nbformat.v4.new_markdown_cell("# My notes"),
+                   nbformat.v4.new_code_cell("print('hello')")]
+    files["gus/notes.ipynb"] = notes
+
+    files["hana/06_softmax.ipynb"] = _never_run(_fill(s06, {k: RIGHT[k] for k in (
+        "softmax_rows", "jacobian_from_p", "tempered_softmax")}))
+
+    # Ivan defined softmax_rows in a cell below the exercise and ran it before the check.
+    ivan = _fill(s06, {"jacobian_from_p": RIGHT["jacobian_from_p"],
+                       "tempered_softmax": RIGHT["tempered_softmax"]})
+    i = next(k for k, c in enumerate(ivan.cells) if "answer = softmax_rows(S1)" in c.source)
+    ivan.cells.insert(i + 1, nbformat.v4.new_code_cell(
+        "def softmax_rows(S):\n" + RIGHT["softmax_rows"]))
+    n = sum(c.cell_type == "code" for c in ivan.cells)
+    k = sum(c.cell_type == "code" for c in ivan.cells[: i + 1])  # the exercise is code cell k
+    order = list(range(1, n + 1))
+    order[k - 1], order[k] = order[k], order[k - 1]  # the definition ran first
+    files["ivan/06_softmax.ipynb"] = _saved_run(
+        ivan, {"softmax_rows": "Correct: the softmax matches.\n"}, order)
+
+    files["Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb"] = _fill(s04, {
+        k: MISTAKES[k] for k in ("my_causal_mask", "masked_scores", "changed_outputs")})
+
+    out.mkdir(parents=True)
+    for rel, nb in files.items():
+        path = out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, path)
+    (out / "hana" / "07_weighted_sum.ipynb").write_text("{not json", encoding="utf-8")
+    # The Canvas resubmission is the later one (an LMS download may also set equal times).
+    first = (out / "frankli_1234_56789_06_softmax.ipynb").stat().st_mtime
+    os.utime(out / "frankli_1234_56790_06_softmax-1.ipynb", (first + 60, first + 60))
+    (out / "CASES.json").write_text(json.dumps(CASES, indent=1) + "\n", encoding="utf-8")
+    return CASES
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python tests/submissions/make_submissions.py OUT")
+    build(Path(sys.argv[1]))
+    print(f"wrote {len(CASES)} submissions to {sys.argv[1]}")

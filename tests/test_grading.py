@@ -1,0 +1,303 @@
+"""Grading for marks, end to end: the adversarial submissions folder graded as an instructor would.
+
+tests/submissions/make_submissions.py writes fourteen hand-ins of labs 04, 06 and 07 (cheats,
+LMS names, broken notebooks, typical mistakes); grade.grade runs them two kernels at a time
+(about a minute on two cores) and each student's score, flags and feedback are checked. Fast
+unit tests of discovery, static checks and the gradebook folder come first.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import json
+import os
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT / "tests" / "submissions"))
+import classroom  # noqa: E402
+from grading import discover, gradebook, judge  # noqa: E402
+
+LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
+ALL_LABS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+needs_kernel = pytest.mark.skipif(importlib.util.find_spec("ipykernel") is None,
+                                  reason="ipykernel is not installed")
+
+
+def _lab(name):
+    return nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+
+
+# Discovery: names real classes produce.
+
+
+@pytest.mark.parametrize("rel, student, sid, lab", [
+    ("alice/06_softmax.ipynb", "alice", "", "06_softmax"),
+    ("alice/Copy of 06_softmax.ipynb", "alice", "", "06_softmax"),
+    ("alice/06_softmax (1).ipynb", "alice", "", "06_softmax"),
+    ("anaperez_1234_56789_06_softmax.ipynb", "anaperez", "1234", "06_softmax"),
+    ("anaperez_LATE_1234_56789_06_softmax-2.ipynb", "anaperez", "1234", "06_softmax"),
+    ("Ana Perez_123456_assignsubmission_file_06_softmax.ipynb", "Ana Perez", "123456",
+     "06_softmax"),
+    ("Ana Perez_123456_assignsubmission_file_/lab.ipynb", "Ana Perez", "123456", "06_softmax"),
+    ("bob/untitled.ipynb", "bob", "", "06_softmax"),  # found by its title cell
+])
+def test_submissions_are_recognised_by_name_and_content(tmp_path, rel, student, sid, lab):
+    nb = _lab("06_softmax")
+    if rel.startswith("bob"):
+        nb.metadata.pop("attnbook", None)
+    path = tmp_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    [sub] = discover.discover(tmp_path, ALL_LABS)
+    assert (sub.student, sub.student_id, sub.lab, sub.problem) == (student, sid, lab, "")
+
+
+def test_lab_id_in_metadata_wins_over_the_file_name(tmp_path):
+    nb = classroom.student_edition(_lab("04_causal_mask"),
+                                   classroom.find_exercises(_lab("04_causal_mask")),
+                                   "04_causal_mask")
+    (tmp_path / "zoe").mkdir()
+    nbformat.write(nb, tmp_path / "zoe" / "06_softmax.ipynb")  # misnamed by the student
+    [sub] = discover.discover(tmp_path, ALL_LABS)
+    assert (sub.lab, sub.how) == ("04_causal_mask", "metadata")
+
+
+def test_gradescope_export_names_come_from_its_metadata(tmp_path):
+    (tmp_path / "submission_777").mkdir()
+    nbformat.write(_lab("06_softmax"), tmp_path / "submission_777" / "06_softmax.ipynb")
+    (tmp_path / "submission_metadata.yml").write_text(
+        "submission_777:\n  :submitters:\n  - :name: Kim Lee\n    :sid: '42'\n")
+    [sub] = discover.discover(tmp_path, ALL_LABS)
+    assert (sub.student, sub.student_id) == ("Kim Lee", "42")
+
+
+def test_the_latest_of_duplicates_is_picked(tmp_path):
+    for name in ("06_softmax.ipynb", "06_softmax (1).ipynb"):
+        nbformat.write(_lab("06_softmax"), tmp_path / name)
+        os.utime(tmp_path / name, (1000, 1000))  # an LMS download: equal times
+    subs = [discover.Submission("x", tmp_path / n, copy=discover._copy_number(Path(n).stem))
+            for n in ("06_softmax (1).ipynb", "06_softmax.ipynb")]
+    chosen, others = discover.pick(subs)
+    assert chosen.path.name == "06_softmax (1).ipynb" and len(others) == 1
+    os.utime(tmp_path / "06_softmax.ipynb", (2000, 2000))  # a newer file wins over the number
+    assert discover.pick(subs)[0].path.name == "06_softmax.ipynb"
+
+
+# Static checks of the notebook's source.
+
+
+def test_tampering_lines_are_found_and_the_labs_have_none():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in (
+        "import attnbook.exercises.softmax as sm\nsm.check_softmax = lambda *a: True",
+        "check_jacobian = print",
+        "if x:\n    !pip install foo\nsetattr(sm, 'check_temperature', None)",
+        "import sys\nsys.modules['attnbook.exercises.softmax'] = None",
+        "answer = q @ k.T",
+    )]
+    hits = judge.tampering_lines(nb)
+    assert [h.split(":")[0] for h in hits] == ["cell 0", "cell 1", "cell 2", "cell 3"], hits
+    for lab in ALL_LABS:  # the book's own labs (solutions included) raise no false alarm
+        assert judge.tampering_lines(_lab(lab)) == [], lab
+
+
+def test_order_kernel_and_never_run_flags():
+    nb = _lab("06_softmax")
+    codes = lambda n: [f.code for f in judge.source_flags(n, [])]  # noqa: E731
+    assert codes(nb) == []
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    code[3].execution_count, code[4].execution_count = 5, 4
+    nb.metadata["kernelspec"]["name"] = "attn-course"
+    assert codes(nb) == ["out-of-order", "kernel"]
+    for c in code:
+        c.execution_count = None
+    assert "never-run" in codes(nb)
+
+
+def test_every_exercise_of_labs_04_06_07_is_a_function_with_hidden_inputs():
+    from attnbook.exercises import hidden_cases
+
+    for lab in LABS:
+        for ex in classroom.find_exercises(_lab(lab)):
+            spec = judge.spec_of(ex)
+            assert spec is not None, (lab, ex.name)
+            cases = hidden_cases(spec, 1)
+            assert len(cases) >= 2
+            # The same seed gives the same inputs; another seed gives others.
+            again, other = hidden_cases(spec, 1), hidden_cases(spec, 2)
+            assert repr(again[0].call) == repr(cases[0].call)
+            if any(hasattr(a, "shape") for a in cases[0].call):
+                assert repr(other) != repr(cases)
+
+
+def test_run_folders_are_dated_and_never_overwritten(tmp_path):
+    a, b = gradebook.new_folder(tmp_path), gradebook.new_folder(tmp_path)
+    assert a != b and a.exists() and b.exists()
+    gradebook.new_folder(tmp_path, "final")
+    with pytest.raises(FileExistsError):
+        gradebook.new_folder(tmp_path, "final")
+
+
+# The adversarial folder, graded end to end.
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    import grade
+    import make_submissions
+
+    subs = tmp_path_factory.mktemp("submissions") / "in"
+    make_submissions.build(subs)
+    # ATTNBOOK_GRADES_DIR keeps the run folder to read (e.g. for a pull request's note).
+    out = Path(os.environ.get("ATTNBOOK_GRADES_DIR") or tmp_path_factory.mktemp("grades"))
+    folder = grade.grade(subs, out, LABS, jobs=2, seed=20261201,
+                         config_path=ROOT / "tests" / "submissions" / "points.toml", quiet=True)
+    with open(folder / "gradebook.csv", encoding="utf-8") as f:
+        book = {r["student"]: r for r in csv.DictReader(f)}
+    with open(folder / "exercises.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    return folder, book, rows
+
+
+def _ex(rows, student, lab):
+    return {r["exercise"]: (float(r["points"]), r["feedback"], r["flags"]) for r in rows
+            if r["student"] == student and r["lab"] == lab}
+
+
+def _flags(book, student):
+    return book[student]["flags"].split("; ") if book[student]["flags"] else []
+
+
+@needs_kernel
+def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
+    folder, book, rows = graded
+    assert sorted(book) == ["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli", "gus",
+                            "hana", "ivan"]
+    header = list(next(iter(book.values())))
+    assert header[:2] == ["student", "student_id"] and header[2:5] == LABS
+    assert {"total", "possible", "review", "flags", "files"} <= set(header)
+    for r in book.values():
+        assert float(r["total"]) == pytest.approx(sum(float(r[lab]) for lab in LABS))
+        assert r["possible"] == "10"  # 3 + 3 + 4: hull_bound is worth 2 (points.toml)
+    assert len(rows) == len(book) * 9  # long form: every student x every exercise
+    assert len(list((folder / "feedback").glob("*.md"))) == len(book)
+    run = json.loads((folder / "run.json").read_text())
+    assert run["notebooks"] == 11 and run["seed"] == 20261201
+
+
+@needs_kernel
+def test_right_answers_get_full_marks_and_a_missing_lab_zero(graded):
+    _, book, rows = graded
+    assert (book["ada"]["04_causal_mask"], book["ada"]["06_softmax"]) == ("3", "3")
+    assert book["ada"]["07_weighted_sum"] == "0" and "missing:07_weighted_sum" in _flags(book,
+                                                                                          "ada")
+    assert all("hidden inputs" in f for _, f, _ in _ex(rows, "ada", "06_softmax").values())
+    assert "tamper" not in book["ada"]["flags"] and book["hana"]["06_softmax"] == "3"
+    assert "06_softmax:never-run" in _flags(book, "hana")
+
+
+@needs_kernel
+def test_replaced_checkers_score_nothing_and_are_flagged(graded):
+    _, book, rows = graded
+    assert book["ben"]["06_softmax"] == "0" and book["ben"]["review"] == "yes"
+    assert "06_softmax:tamper" in _flags(book, "ben")
+    report = (graded[0] / "feedback" / "ben.md").read_text(encoding="utf-8")
+    assert "setattr(_sm, _name" in report  # the line, found in the source
+
+
+@needs_kernel
+def test_overwritten_inputs_and_hard_coded_numbers_fail_on_hidden_inputs(graded):
+    _, book, rows = graded
+    cleo = _ex(rows, "cleo", "07_weighted_sum")
+    assert cleo["outputs"][0] == 0 and "right on the lab's own input only" in cleo["outputs"][1]
+    assert "largest value over all tokens" in cleo["hull_bound"][1]  # typical mistakes named
+    assert "inverse permutation" in cleo["permuted_outputs"][1]
+    dan = _ex(rows, "dan", "06_softmax")
+    assert dan["softmax"][0] == 0 and "hard-coded" in dan["softmax"][2]
+    assert book["dan"]["06_softmax"] == "2"
+    assert "06_softmax:kernel" in _flags(book, "dan")  # graded with python3 all the same
+    assert "06_softmax=dan/Copy of 06_softmax.ipynb" in book["dan"]["files"]
+
+
+@needs_kernel
+def test_the_books_lab_with_solutions_is_flagged_and_only_her_cells_count(graded):
+    _, book, rows = graded
+    assert book["eve"]["06_softmax"] == "0" and "06_softmax:solutions-present" in _flags(book,
+                                                                                         "eve")
+    eve = _ex(rows, "eve", "06_softmax")
+    assert "naive formula" in eve["softmax"][1] and "diag(p)" in eve["jacobian"][1]
+    assert "Correct" not in eve["softmax"][1]  # the solution's saved "Correct" is not hers
+
+
+@needs_kernel
+def test_lms_names_and_duplicates(graded):
+    _, book, rows = graded
+    assert book["frankli"]["student_id"] == "1234" and book["frankli"]["06_softmax"] == "3"
+    assert "06_softmax:duplicate" in _flags(book, "frankli")
+    assert "frankli_1234_56790_06_softmax-1.ipynb" in book["frankli"]["files"]
+    assert "published-solution" in _ex(rows, "frankli", "06_softmax")["softmax"][2]
+    julia = _ex(rows, "Julia Kim", "04_causal_mask")
+    assert book["Julia Kim"]["student_id"] == "123456"
+    assert book["Julia Kim"]["04_causal_mask"] == "0"
+    assert "allowed set" in julia["causal_mask"][1]
+    assert "filled with 0" in julia["masked_scores"][1]
+    assert "outputs before j" in julia["changed_outputs"][1]
+
+
+@needs_kernel
+def test_an_endless_loop_costs_only_its_exercise(graded):
+    _, book, rows = graded
+    gus = _ex(rows, "gus", "06_softmax")
+    assert gus["softmax"][0] == gus["jacobian"][0] == 1
+    assert gus["temperature"][0] == 0 and "ran longer than 8 s" in gus["temperature"][1]
+    assert any(f.startswith("not-graded") for f in _flags(book, "gus"))  # notes.ipynb
+    report = (graded[0] / "feedback" / "gus.md").read_text(encoding="utf-8")
+    assert "notes.ipynb" in report and "not a lab of this course" in report
+    hana = (graded[0] / "feedback" / "hana.md").read_text(encoding="utf-8")
+    assert "not a readable notebook" in hana  # the broken 07: reported, the run went on
+
+
+@needs_kernel
+def test_out_of_order_work_is_explained(graded):
+    _, book, rows = graded
+    ivan = _ex(rows, "ivan", "06_softmax")
+    assert ivan["softmax"][0] == 0 and "saved notebook shows “Correct”" in ivan["softmax"][1]
+    assert "06_softmax:out-of-order" in _flags(book, "ivan")
+    assert book["ivan"]["06_softmax"] == "2"
+
+
+@needs_kernel
+def test_the_kernel_is_sandboxed(tmp_path):
+    """Scrubbed environment, its own home and folder, no network where Linux allows it."""
+    from grading.sandbox import Kernel, Limits, can_unshare_network
+
+    os.environ["ATTNBOOK_SECRET_FOR_TEST"] = "do-not-leak"
+    try:
+        with Kernel(tmp_path / "k", Limits(memory_gib=2.0)) as kernel:
+            reply = kernel.run(
+                "import os, pathlib, resource, socket\n"
+                "print(os.environ.get('ATTNBOOK_SECRET_FOR_TEST'), os.getcwd(), "
+                "os.environ['HOME'], resource.getrlimit(resource.RLIMIT_AS)[0] // 2**30)\n"
+                "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=2)\n"
+                "except OSError as e:\n    print('network:', e.errno)\n"
+                "pathlib.Path(os.environ['HOME'], 'note').write_text('x')", timeout=60)
+            assert reply.status == "ok", reply
+            secret, cwd, home, gib = reply.stdout.split("\n")[0].split()
+            assert secret == "None" and gib == "2"
+            assert cwd == str(tmp_path / "k" / "work") and home == str(tmp_path / "k" / "home")
+            if can_unshare_network():
+                assert "network: 101" in reply.stdout  # ENETUNREACH: no interface at all
+            big = kernel.run("x = bytearray(3 * 2**30)", timeout=60)
+            assert big.status == "error" and "MemoryError" in big.error
+            loop = kernel.run("while True:\n    pass", timeout=3)
+            assert loop.status == "timeout" and kernel.run("print(1)", 10).stdout == "1\n"
+    finally:
+        del os.environ["ATTNBOOK_SECRET_FOR_TEST"]
+    assert (tmp_path / "k" / "home" / "note").exists()  # the write stayed in its own home
