@@ -1,19 +1,42 @@
-# Two commands: `make book` builds the site, `make test` checks everything. Both set up .venv,
-# and `make book` also fetches the site's JavaScript (MathJax, require.js, the widget manager)
-# with npm, so that the pages need no host but their own.
+# Two commands: `make book` builds the site, `make test` checks everything. Both set up .venv:
+# `make book` installs only what the site needs (requirements-book.txt) and fetches the site's
+# JavaScript (MathJax, require.js, the widget manager) with npm, so that the pages need no host but
+# their own; `make test` installs everything (requirements.txt, which includes the book's set).
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+BOOK_STAMP := $(VENV)/.book-stamp
 NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout 300
 ASSETS := _assets/third_party/versions.json
+# Another CPU's code paths on this one, for the second nbval run: ATen's portable kernels instead
+# of AVX2/AVX-512 ones (random draws, reductions and elementwise ops round differently), MKL's
+# conditional-numerical-reproducibility path (matmuls) and OpenBLAS's Haswell kernels (NumPy,
+# Triton's interpreter). tests/test_portability.py checks that each still changes results here.
+OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OPENBLAS_CORETYPE=Haswell
+# Colab's package versions (requirements-colab.txt) in an environment of their own.
+COLAB_VENV  := $(VENV)/colab
+COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 
-.PHONY: install assets book test lint unit nbval colab site browser notebooks figures clean classroom grade
+.PHONY: install install-book assets book test lint unit nbval nbval-other-cpu colab site browser \
+	notebooks figures clean classroom grade
 
-$(STAMP): requirements.txt pyproject.toml
+$(BOOK_STAMP): requirements-book.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -r requirements-book.txt -e .
+	touch $(BOOK_STAMP)
+
+$(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q -r requirements.txt -e .
-	touch $(STAMP)
+	touch $(BOOK_STAMP) $(STAMP)
+
+$(COLAB_STAMP): requirements-colab.txt
+	test -x $(COLAB_VENV)/bin/python || $(PYTHON) -m venv $(COLAB_VENV)
+	$(COLAB_VENV)/bin/python -m pip install -q -r requirements-colab.txt
+	touch $(COLAB_STAMP)
+
+install-book: $(BOOK_STAMP)
 
 install: $(STAMP)
 
@@ -31,11 +54,11 @@ $(ASSETS): package.json package-lock.json scripts/vendor_assets.py
 assets: $(ASSETS)
 
 # Incremental, except after the site's JavaScript or CSS changed (pages then need rewriting).
-book: install assets
+book: install-book assets
 	$(BIN)/jupyter-book build . $(if $(shell find _assets package-lock.json -newer \
 	  _build/html/index.html 2>/dev/null | head -n 1),--all)
 
-test: install lint unit nbval colab site browser
+test: install lint unit nbval nbval-other-cpu colab site browser
 
 lint: install
 	$(BIN)/ruff check .
@@ -46,11 +69,16 @@ unit: install
 nbval: install
 	$(BIN)/python -m pytest $(NBVAL)
 
-# Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel.
-colab: install
+# The same comparison on another CPU's code paths: stored outputs must not depend on the CPU.
+nbval-other-cpu: install
+	$(OTHER_CPU) $(BIN)/python -m pytest $(NBVAL)
+
+# Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel;
+# then again with Colab's own package versions (ipywidgets 7, its numpy and matplotlib, no Triton).
+colab: install $(COLAB_STAMP)
 	$(BIN)/python -m pytest tests/test_colab_outside_repo.py
 
-site: install assets
+site: install-book assets
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
 # Every toc page of _build/html in Chromium; screenshots and summary.json in _build/screenshots.

@@ -7,6 +7,10 @@ notebook is copied alone into its own empty temporary folder and executed there;
 added to the copy reports where attnbook and every other loaded module came from, and the test
 asserts that nothing was imported from the repository. A static check also rejects notebooks
 that name files of the repository. `make test` runs this file in its own step.
+
+The same labs run a second time in a virtual environment pinned to a Colab runtime's package
+versions (requirements-colab.txt, installed by `make colab` into .venv/colab): ipywidgets 7,
+Colab's numpy and matplotlib, no Triton. Their outputs are executed, not compared.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ TIMEOUT = 600  # seconds per cell; every lab is meant to run in seconds
 # sides idle), and the same lab then ran normally on the next try.
 LAB_TIMEOUT = 120
 ATTEMPTS = 3
+# The environment with Colab's versions (made by `make colab`); ATTNBOOK_COLAB_PYTHON overrides.
+COLAB_PYTHON = Path(os.environ.get("ATTNBOOK_COLAB_PYTHON",
+                                   ROOT / ".venv" / "colab" / "bin" / "python"))
+COLAB_REQUIREMENTS = ROOT / "requirements-colab.txt"
 
 # Appended to each copy: where did attnbook, and every module with a file, come from?
 _REPORT = """
@@ -44,6 +52,8 @@ import attnbook as _attnbook
 print("ATTNBOOK-REPORT " + _json.dumps({
     "attnbook": _attnbook.__file__,
     "cwd": _os.getcwd(),
+    "versions": {_m: getattr(_sys.modules.get(_m), "__version__", None)
+                 for _m in ("torch", "numpy", "matplotlib", "ipywidgets", "triton")},
     "modules": sorted({getattr(m, "__file__", None) or "" for m in list(_sys.modules.values())}),
 }))
 """
@@ -125,8 +135,11 @@ nbformat.write(nb, path)
 """
 
 
-def _execute_all(site: Path, base: Path) -> dict[str, dict]:
-    """Run every lab, one at a time, each in its own process, kernel and empty folder."""
+def _execute_all(site: Path, base: Path, python: Path = Path(sys.executable)) -> dict[str, dict]:
+    """Run every lab, one at a time, each in its own process, kernel and empty folder.
+
+    ``python`` runs the runner, and its environment's ipykernel is the lab's kernel.
+    """
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "ATTNBOOK_DEVICE", "MPLBACKEND", "PYTEST_CURRENT_TEST")}
     env["PYTHONPATH"] = str(site)
@@ -144,7 +157,7 @@ def _execute_all(site: Path, base: Path) -> dict[str, dict]:
             start = time.perf_counter()
             # A session of its own, so that a timeout kills the runner and its kernel together.
             proc = subprocess.Popen(
-                [sys.executable, "-c", _RUNNER, str(copy), str(TIMEOUT), str(workdir)],
+                [str(python), "-c", _RUNNER, str(copy), str(TIMEOUT), str(workdir)],
                 env=env, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                 start_new_session=True)
             try:
@@ -194,3 +207,83 @@ def test_lab_runs_outside_the_repository(path, runs, wheel_site):
                  if Path(m).is_absolute() and Path(m).resolve().is_relative_to(ROOT)
                  and not Path(m).resolve().is_relative_to(venv)]
     assert not from_repo, f"modules imported from the repository: {from_repo}"
+
+
+# ---- The same labs under a Colab runtime's package versions ---------------------------------
+
+def _pins(path: Path) -> dict[str, str]:
+    """``name -> version`` of the exact pins in a requirements file (names lower-cased, _ -> -)."""
+    pins = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            pins[name.strip().lower().replace("_", "-")] = version.split(";")[0].strip()
+    return pins
+
+
+@pytest.fixture(scope="session")
+def colab_python() -> Path:
+    """The interpreter of the Colab-versions environment, checked to hold Colab's versions."""
+    assert COLAB_PYTHON.exists(), (
+        f"no Colab-versions environment at {COLAB_PYTHON}: `make colab` creates it from "
+        f"{COLAB_REQUIREMENTS.name}")
+    pins = _pins(COLAB_REQUIREMENTS)
+    probe = ("import json, importlib.metadata as m, sys; "
+             "print(json.dumps({n: m.version(n) for n in sys.argv[1:]}))")
+    names = ["torch", "numpy", "matplotlib", "ipywidgets", "ipykernel"]
+    found = json.loads(subprocess.run([str(COLAB_PYTHON), "-c", probe, *names], check=True,
+                                      capture_output=True, text=True).stdout)
+    for name in names:  # torch's local version (+cpu) aside, exactly the pinned release
+        assert found[name].split("+")[0] == pins[name], (name, found[name], pins[name])
+    return COLAB_PYTHON
+
+
+@pytest.fixture(scope="session")
+def colab_runs(wheel_site, colab_python, tmp_path_factory) -> dict[str, dict]:
+    base = tmp_path_factory.mktemp("colab-versions")
+    start = time.perf_counter()
+    results = _execute_all(wheel_site, base, colab_python)
+    print(f"\n{len(results)} labs ran with Colab's versions in "
+          f"{time.perf_counter() - start:.0f} s")
+    return results
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_lab_runs_with_colab_versions(path, colab_runs, wheel_site):
+    result = colab_runs[path.name]
+    assert "error" not in result, (
+        f"{path.name} failed with Colab's package versions: {result['error']}")
+    report = result["report"]
+    assert Path(report["attnbook"]).is_relative_to(wheel_site)
+    assert report["versions"]["ipywidgets"].startswith("7."), report["versions"]
+
+
+_LIVE_PROBE = """
+import importlib.util, json, ipywidgets
+from attnbook import static_widgets as sw
+calls = []
+box = sw.static_interact(lambda d, flag: calls.append([d, flag]), display=False,
+                         d=ipywidgets.SelectionSlider(options=[4, 8, 16], value=8),
+                         flag=ipywidgets.Checkbox(value=False))
+drawn = list(calls)
+box.children[0].value = 16
+box.children[1].value = True
+print(json.dumps({"version": ipywidgets.__version__, "type": type(box).__name__, "drawn": drawn,
+                  "calls": calls, "triton": importlib.util.find_spec("triton") is not None}))
+"""
+
+
+def test_widgets_are_live_controls_under_ipywidgets_7(colab_python, wheel_site):
+    """Without ipywidgets 8's Stack, static_interact gives live controls that draw at once."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "ATTNBOOK_STATIC_WIDGETS")}
+    env["PYTHONPATH"] = str(wheel_site)
+    out = subprocess.run([str(colab_python), "-c", _LIVE_PROBE], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    probe = json.loads(out[out.index("{"):])
+    assert probe["version"].startswith("7."), probe
+    assert probe["type"] == "interactive", probe
+    assert probe["drawn"] == [[8, False]], "the first view must be drawn before any control moves"
+    assert probe["calls"] == [[8, False], [16, False], [16, True]], "moving a control redraws"
+    assert not probe["triton"], "Colab's CPU runtime has no Triton; nor may this environment"

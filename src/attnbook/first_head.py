@@ -105,7 +105,8 @@ class FirstHeadRun:
 def train_first_head(d_model: int = 32, length: int = 12, n_symbols: int = 10,
                      steps: int = 100, batch_size: int = 64, lr: float = 3e-3, seed: int = 0,
                      snapshot_every: int = 10, score_scale: float = 1.0,
-                     eval_sequences: int = 512) -> FirstHeadRun:
+                     eval_sequences: int = 512, perturb: float = 0.0,
+                     perturb_seed: int = 0) -> FirstHeadRun:
     """Train a :class:`FirstHead` on the copy task with delay 1, keeping weight snapshots.
 
     Args:
@@ -120,6 +121,10 @@ def train_first_head(d_model: int = 32, length: int = 12, n_symbols: int = 10,
             training (step 0) and after the last step are always kept.
         score_scale: see :class:`FirstHead` (1: scaled scores; sqrt(d_model): raw scores).
         eval_sequences: held-out sequences scored at the end.
+        perturb: multiply every initial weight by ``1 + perturb * N(0, 1)`` (0: leave them), to
+            see how much a run depends on its last bits (1e-6 is a few float32 rounding units,
+            2**-23 = 1.2e-7: the size of the differences two CPUs' kernels make).
+        perturb_seed: seeds that perturbation (the batches keep ``seed``).
 
     Returns:
         A :class:`FirstHeadRun`.
@@ -128,6 +133,11 @@ def train_first_head(d_model: int = 32, length: int = 12, n_symbols: int = 10,
     with torch.random.fork_rng(devices=[]):  # seed the initial weights, leave the global RNG be
         torch.manual_seed(seed)
         model = FirstHead(task.vocab_size, length, d_model, score_scale)
+    if perturb:
+        noise = torch.Generator().manual_seed(perturb_seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.mul_(1 + perturb * torch.randn(p.shape, generator=noise, dtype=p.dtype))
     snapshots: list[tuple[int, dict]] = []
     calls = 0
 
