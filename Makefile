@@ -93,15 +93,17 @@ notebooks: install
 figures: install
 	$(BIN)/python scripts/make_figures.py
 
-# Teaching: student and instructor editions of every lab and their Otter-Grader autograders,
-# in _build/classroom (scripts/classroom.py).
+# Teaching: student and instructor editions of every lab and their Otter-Grader autograders
+# (Gradescope zips with CPU torch and an attnbook wheel), in _build/classroom (scripts/classroom.py).
 classroom: install
 	$(BIN)/python scripts/classroom.py
 
-# Grade handed-in labs offline, one folder per student: _build/grades/scores.csv, feedback.md.
+# Grade hand-ins for marks (student folders or Canvas/Moodle/Gradescope downloads) into a new
+# dated folder under _build/grades: gradebook.csv, exercises.csv, feedback/, summary.md.
+# LABS=04_causal_mask,06_softmax names the assignment's labs (a missing one scores 0); JOBS=N.
 grade: install
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder"; exit 1; }
-	$(BIN)/python scripts/grade.py "$(SUBMISSIONS)"
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [LABS=04_causal_mask,...] [JOBS=N]"; exit 1; }
+	$(BIN)/python scripts/grade.py "$(SUBMISSIONS)" $(if $(LABS),--labs $(LABS)) $(if $(JOBS),--jobs $(JOBS))
 
 clean:
 	rm -rf _build

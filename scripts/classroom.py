@@ -9,10 +9,16 @@ cell made by ``scripts/nbtools.py``'s ``solution()`` (first line ``# @title Solu
 
     OUT/student/NN_name.ipynb      solution cells removed, exercises left with ... and their checks
     OUT/instructor/NN_name.ipynb   the lab with its solutions, plus a grading-notes cell at the top
-    OUT/autograder/NN_name.zip     Otter-Grader's autograder (``otter generate``): one test per
-                                   exercise, which calls the lab's own check and fails with its
-                                   diagnosis
+    OUT/autograder/NN_name.zip     Otter-Grader's autograder for Gradescope (``otter
+                                   generate``): one test per exercise, which calls the learner's
+                                   function on hidden inputs (or the lab's check on the answer),
+                                   refuses a replaced checker, and fails with the diagnosis; its
+                                   environment.yml pins Python, CPU torch and the labs' packages
+                                   and installs attnbook from the wheel inside the zip
     OUT/tests/NN_name/*.py         the tests inside that zip, readable
+    OUT/wheel/attnbook-*.whl       that wheel
+
+Grading for marks on the instructor's machine is scripts/grade.py (no zip needed).
 
 The cell where an exercise is complete (the exercise cell in the student edition, its solution
 in the instructor edition) carries Otter's cell metadata ``{"otter": {"tests": [name]}}``, so
@@ -228,16 +234,18 @@ def grading_notes(exercises: list[Exercise]) -> str:
     """The instructor edition's first cell: what is graded and which mistakes are recognised."""
     from attnbook.exercises import diagnoses
 
-    lines = ["**Instructor edition: grading notes.** Each exercise is worth its points when the "
-             "lab's own check accepts the answer at that point of the notebook: Otter-Grader runs "
-             "the check right after the exercise cell in a student's notebook (after the solution "
-             "cell here). The feedback quotes the check's diagnosis; it recognises these "
-             "mistakes:", ""]
+    lines = ["**Instructor edition: grading notes.** `make grade SUBMISSIONS=folder` runs each "
+             "hand-in top to bottom in a fresh kernel and, right after each exercise cell (after "
+             "the solution cell here), captures the answer; where the exercise is a function, "
+             "it is called on hidden inputs. The grader's own copy of the lab's check decides "
+             "and its diagnosis is the feedback; points and time limits are in "
+             "scripts/grading/points.toml. The checks recognise these mistakes:", ""]
     for ex in exercises:
         module = ex.module.rsplit(".", 1)[-1]
         known = diagnoses().get(module, {}).get(ex.check, [])
+        what = f"`{ex.function}`, on hidden inputs; here " if ex.function else ""
         lines.append(f"- `{ex.name}` ({ex.points} point{'s' if ex.points != 1 else ''}): "
-                     f"`{ex.call}`")
+                     f"{what}`{ex.call}`")
         lines += [f"  - {m}" for m in known]
     return "\n".join(lines)
 
@@ -252,7 +260,7 @@ def instructor_edition(nb, exercises: list[Exercise], lab: str | None = None):
     return nb
 
 
-TEST_TEMPLATE = '''"""Otter-Grader test: exercise {name!r} of {lab}, by the lab's own check."""
+TEST_TEMPLATE = """\"\"\"Otter-Grader test: exercise {name!r} of {lab}, by the lab's check.\"\"\"
 
 from otter.test_files import test_case
 
@@ -260,47 +268,209 @@ OK_FORMAT = False
 
 name = {name!r}
 points = {points}
+CHECK_HASH = {digest!r}  # the checker's code when this zip was built
+
+
+def _pristine():
+    \"\"\"The lab's checker, refused if the notebook redefined it (its code changed).\"\"\"
+    import importlib
+
+    from attnbook.exercises.fingerprint import code_hash
+
+    module = importlib.import_module({module!r})
+    check = getattr(module, "GRADED", {{}}).get({check!r})
+    check = check.check if check is not None else getattr(module, {check!r})
+    if code_hash(check) != CHECK_HASH:
+        raise AssertionError("Not graded: the checker {check} was replaced in the notebook")
+    return check
 
 
 @test_case(points={points}, hidden=False)
 def test_{name}(env):
-    from {module} import {check}
-
+    check = _pristine()
     if {variable!r} not in env:
         raise AssertionError("Not graded: the variable {variable} is not defined at this point "
                              "(was the exercise cell deleted or not run?)")
-    feedback = eval({call!r}, dict(env, {check}={check}))
+    feedback = eval({call!r}, dict(env, {check}=check))
     assert feedback.ok, feedback.message
-'''
+"""
+
+FUNCTION_TEST_TEMPLATE = """\"\"\"Otter-Grader test: exercise {name!r} of {lab}, on hidden inputs.
+
+The learner's function {function} is called on inputs drawn with this zip's seed (students never
+see this file) and judged by the lab's checker; the names it may not use are refused.
+\"\"\"
+
+from otter.test_files import test_case
+
+OK_FORMAT = False
+
+name = {name!r}
+points = {points}
+SEED = {seed}
+CHECK_HASH = {digest!r}  # the checker's code when this zip was built
 
 
-def write_tests(lab: str, exercises: list[Exercise], folder: Path) -> None:
+def _names(function, env, depth=0):
+    import types
+
+    found, codes = set(), [function.__code__]
+    while codes:
+        code = codes.pop()
+        found.update(code.co_names)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    for helper in [env.get(n) for n in list(found)]:
+        if isinstance(helper, types.FunctionType) and helper is not function and depth < 3:
+            found |= _names(helper, env, depth + 1)
+    return found
+
+
+@test_case(points={points}, hidden=False)
+def test_{name}(env):
+    import importlib
+
+    from attnbook.exercises import hidden_cases
+    from attnbook.exercises.fingerprint import code_hash
+
+    spec = importlib.import_module({module!r}).GRADED[{check!r}]
+    if code_hash(spec.check) != CHECK_HASH:
+        raise AssertionError("Not graded: the checker {check} was replaced in the notebook")
+    function = env.get({function!r})
+    if not callable(function):
+        raise AssertionError("Not graded: the function {function} is not defined")
+    used = sorted(_names(function, env) & set(spec.forbidden))
+    if used:
+        raise AssertionError(f"Not graded: {function} uses {{', '.join(used)}}, which the "
+                             "exercise rules out")
+    for case in hidden_cases(spec, SEED):
+        feedback = spec.check(function(*case.call), *case.check_args)
+        assert feedback.ok, f"On a hidden input ({{case.label}}): {{feedback.message}}"
+"""
+
+
+def _check_hash(ex: Exercise) -> str:
+    import importlib
+
+    from attnbook.exercises.fingerprint import code_hash
+
+    module = importlib.import_module(ex.module)
+    spec = getattr(module, "GRADED", {}).get(ex.check)
+    return code_hash(spec.check if spec is not None else getattr(module, ex.check))
+
+
+def write_tests(lab: str, exercises: list[Exercise], folder: Path, seed: int = 0) -> None:
+    """Otter's test files for one lab, and exercises.json (what the grading scripts read)."""
+    import importlib
+
     if folder.exists():
         shutil.rmtree(folder)
     folder.mkdir(parents=True)
     for ex in exercises:
-        (folder / f"{ex.name}.py").write_text(TEST_TEMPLATE.format(
+        spec = getattr(importlib.import_module(ex.module), "GRADED", {}).get(ex.check)
+        template = FUNCTION_TEST_TEMPLATE if spec is not None and ex.function else TEST_TEMPLATE
+        (folder / f"{ex.name}.py").write_text(template.format(
             lab=lab, name=ex.name, points=ex.points, module=ex.module, check=ex.check,
-            call=ex.call, variable=ex.variable), encoding="utf-8")
+            call=ex.call, variable=ex.variable, function=ex.function, seed=seed,
+            digest=_check_hash(ex)), encoding="utf-8")
     manifest = [{"name": e.name, "check": e.check, "module": e.module, "call": e.call,
-                 "points": e.points} for e in exercises]
+                 "points": e.points, "function": e.function} for e in exercises]
     (folder / "exercises.json").write_text(json.dumps(manifest, indent=1) + "\n")
 
 
-def otter_generate(tests: Path, zip_path: Path) -> None:
-    """``otter generate`` in an empty folder, so no stray requirements.txt is picked up."""
+# Gradescope builds its image from this (Otter's setup.sh runs mamba on it): the Python of the
+# pins, CPU torch (its own index: the default Linux wheel is the CUDA build, over 2 GB), the
+# pinned packages the labs import, and attnbook from the wheel shipped in the zip.
+ENVIRONMENT = """name: otter-env
+channels:
+  - conda-forge
+dependencies:
+  - python=3.11
+  - pip
+  - jupyter_server
+  - pip:
+      - --extra-index-url https://download.pytorch.org/whl/cpu
+      - otter-grader[grading,plugins]=={otter}
+{pins}
+      - /autograder/source/files/{wheel}
+"""
+LAB_PACKAGES = ("torch", "numpy", "matplotlib", "ipywidgets", "tqdm", "ipykernel")
+
+
+def pins(path: Path = ROOT / "requirements.txt") -> dict[str, str]:
+    """name -> version of every ``name==version`` line of requirements.txt and its ``-r`` files
+    (the CI's pins, the one source of versions)."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("-r "):
+            found.update({k: v for k, v in pins(path.parent / line[3:].strip()).items()
+                          if k not in found})
+        m = re.match(r"^([A-Za-z0-9_.\-]+)==([^\s;#]+)", line)
+        if m:
+            found.setdefault(m.group(1).lower(), m.group(2))
+    return found
+
+
+def build_wheel(out: Path) -> Path:
+    """A wheel of attnbook from this checkout, built in a copy (the work tree stays clean)."""
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("attnbook-*.whl"):
+        old.unlink()
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(ROOT / "src", Path(tmp) / "src",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+        for name in ("pyproject.toml", "README.md"):
+            shutil.copy(ROOT / name, tmp)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                        "--no-build-isolation", "-q", ".", "-w", str(out)], cwd=tmp, check=True,
+                       capture_output=True, text=True)
+    return next(out.glob("attnbook-*.whl"))
+
+
+def otter_generate(tests: Path, zip_path: Path, wheel: Path | None = None) -> None:
+    """``otter generate`` in an empty folder, with the environment the labs need.
+
+    The zip's environment.yml pins Python, CPU torch and the labs' packages to the versions of
+    requirements*.txt and installs attnbook from ``wheel`` (shipped in the zip as
+    files/<wheel>); without a wheel, Otter's default environment (no torch: the labs fail).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         shutil.copytree(tests, Path(tmp) / "tests", ignore=shutil.ignore_patterns("*.json"))
-        subprocess.run([sys.executable, "-m", "otter", "generate", "-t", "tests", "-o",
-                        str(zip_path.resolve()), "--no-requirements", "--no-environment",
-                        "--no-config"], cwd=tmp, check=True, capture_output=True, text=True)
+        command = [sys.executable, "-m", "otter", "generate", "-t", "tests", "-o",
+                   str(zip_path.resolve()), "--no-requirements", "--no-config"]
+        if wheel is not None:
+            versions = pins()
+            shutil.copy(wheel, Path(tmp) / wheel.name)
+            (Path(tmp) / "environment.yml").write_text(ENVIRONMENT.format(
+                otter=versions["otter-grader"], wheel=wheel.name,
+                pins="\n".join(f"      - {p}=={versions[p]}" for p in LAB_PACKAGES
+                               if p in versions)), encoding="utf-8")
+            command += ["-e", "environment.yml", wheel.name]
+        else:
+            command += ["--no-environment"]
+        subprocess.run(command, cwd=tmp, check=True, capture_output=True, text=True)
 
 
-def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT) -> dict[str, list[Exercise]]:
-    """Write the editions and autograders of ``labs`` (default: every lab) into ``out``."""
+def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT,
+          seed: int | None = None) -> dict[str, list[Exercise]]:
+    """Write the editions and autograders of ``labs`` (default: every lab) into ``out``.
+
+    Args:
+        labs: lab notebooks.
+        out: the output folder.
+        seed: the Gradescope tests' hidden-input seed (default: drawn now; it is written
+            into the tests, which students never see).
+
+    Returns:
+        lab name -> its exercises.
+    """
+    import secrets
+
     labs = labs or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     for sub in ("student", "instructor", "autograder", "tests"):
         (out / sub).mkdir(parents=True, exist_ok=True)
+    seed = secrets.randbits(31) if seed is None else seed
+    wheel = build_wheel(out / "wheel")
     built = {}
     for path in labs:
         nb = nbformat.read(path, as_version=4)
@@ -308,9 +478,9 @@ def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT) -> dict[str, 
         lab = path.stem
         nbformat.write(student_edition(nb, exercises, lab), out / "student" / path.name)
         nbformat.write(instructor_edition(nb, exercises, lab), out / "instructor" / path.name)
-        write_tests(lab, exercises, out / "tests" / lab)
+        write_tests(lab, exercises, out / "tests" / lab, seed)
         if exercises:
-            otter_generate(out / "tests" / lab, out / "autograder" / f"{lab}.zip")
+            otter_generate(out / "tests" / lab, out / "autograder" / f"{lab}.zip", wheel)
         built[lab] = exercises
         print(f"{lab}: {len(exercises)} exercises")
     return built
@@ -320,8 +490,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("labs", nargs="*", type=Path, help="labs (default: every lab)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--seed", type=int, help="the Gradescope tests' hidden-input seed "
+                                                 "(default: random)")
     args = parser.parse_args(argv)
-    build([p.resolve() for p in args.labs] or None, args.out)
+    build([p.resolve() for p in args.labs] or None, args.out, args.seed)
     print(f"editions and autograders in {args.out}")
 
 

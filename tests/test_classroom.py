@@ -8,8 +8,12 @@ are checked too. Grading for marks is tested in tests/test_grading.py.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
 import re
+import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -149,3 +153,69 @@ def test_no_student_edition_gives_an_answer_away(path):
              and classroom.HIDDEN_NOTE in c.source]
     assert not any(n in shown for n in notes)
     assert not re.search(r"^## What you saw\s*\n\s*\n\s*- ", shown, re.M)
+
+
+def run_like_gradescope(zip_path: Path, notebook, folder: Path) -> dict:
+    """Grade ``notebook`` with Otter's own autograder entry point, laid out as on Gradescope.
+
+    Gradescope unzips the autograder into /autograder/source, puts the hand-in into
+    /autograder/submission and runs source/run_otter.py, which calls
+    ``otter.run.run_autograder.main("/autograder")``; we call the same function on a folder
+    laid out the same way. attnbook comes from the wheel inside the zip (installed into a
+    folder first on PYTHONPATH), not from this checkout.
+    """
+    ag = folder / "autograder"
+    for sub in ("source", "submission", "results"):
+        (ag / sub).mkdir(parents=True)
+    with zipfile.ZipFile(zip_path) as z:
+        z.extractall(ag / "source")
+    [wheel] = (ag / "source" / "files").glob("attnbook-*.whl")
+    site = folder / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target",
+                    str(site), str(wheel)], check=True)
+    nbformat.write(notebook, ag / "submission" / "submission.ipynb")
+    env = dict(os.environ, PYTHONPATH=str(site), ATTNBOOK_STATIC_WIDGETS="skip")
+    where = subprocess.run([sys.executable, "-c", "import attnbook; print(attnbook.__file__)"],
+                           env=env, capture_output=True, text=True, check=True).stdout
+    assert where.startswith(str(site)), where  # the kernel imports the zip's attnbook
+    subprocess.run([sys.executable, "-c", "import sys\n"
+                    "from otter.run.run_autograder import main\nmain(sys.argv[1])", str(ag)],
+                   env=env, cwd=folder, check=True, capture_output=True, text=True, timeout=600)
+    return json.loads((ag / "results" / "results.json").read_text())
+
+
+@needs_otter
+def test_gradescope_zip_runs_with_its_own_environment(tmp_path):
+    """The zip of lab 06 ships attnbook and pins torch; Otter's entry point grades with it."""
+    out = tmp_path / "classroom"
+    classroom.build([ROOT / "notebooks" / "06_softmax.ipynb"], out, seed=11)
+    zip_path = out / "autograder" / "06_softmax.zip"
+    with zipfile.ZipFile(zip_path) as z:
+        names = z.namelist()
+        environment = z.read("environment.yml").decode()
+    assert any(n.startswith("files/attnbook-") and n.endswith(".whl") for n in names)
+    versions = classroom.pins()
+    for package in ("torch", "numpy", "ipywidgets"):
+        assert f"- {package}=={versions[package]}" in environment, package
+    assert f"otter-grader[grading,plugins]=={versions['otter-grader']}" in environment
+    assert "download.pytorch.org/whl/cpu" in environment and "python=3.11" in environment
+
+    def score(nb, name):
+        tests = run_like_gradescope(zip_path, nb, tmp_path / name)["tests"]
+        graded = [t for t in tests if "score" in t]  # Gradescope sums these
+        return sum(t["score"] for t in graded), {t["name"]: t["output"] for t in graded}
+
+    teacher = nbformat.read(out / "instructor" / "06_softmax.ipynb", as_version=4)
+    assert score(teacher, "teacher")[0] == 3
+    student = nbformat.read(out / "student" / "06_softmax.ipynb", as_version=4)
+    points, tests = score(student, "untouched")
+    assert points == 0 and "still empty" in tests["softmax"]
+    # The cheat of issue 19: replace the checkers, answer anything.
+    for cell in student.cells:
+        if "def softmax_rows(S):" in cell.source:
+            cell.source = cell.source.replace("return ...", "return torch.zeros_like(S)")
+    setup = next(c for c in student.cells if c.cell_type == "code")
+    setup.source += ("\nimport attnbook.exercises.softmax as sm\n"
+                     "sm.check_softmax.__code__ = (lambda *a: sm.Feedback(True, 'ok')).__code__")
+    points, tests = score(student, "cheat")
+    assert points == 0 and "replaced" in tests["softmax"]

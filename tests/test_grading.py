@@ -137,6 +137,17 @@ def test_every_exercise_of_labs_04_06_07_is_a_function_with_hidden_inputs():
                 assert repr(other) != repr(cases)
 
 
+def test_the_kernel_side_fingerprint_is_the_librarys():
+    from grading.in_kernel import _attnbook_code_hash
+
+    from attnbook.exercises import fingerprint, softmax
+
+    for fn in (softmax.check_softmax, softmax.check_jacobian, fingerprint.code_hash):
+        assert _attnbook_code_hash(fn) == fingerprint.code_hash(fn)
+    assert fingerprint.code_hash(softmax.check_softmax) != fingerprint.code_hash(
+        softmax.check_jacobian)
+
+
 def test_run_folders_are_dated_and_never_overwritten(tmp_path):
     a, b = gradebook.new_folder(tmp_path), gradebook.new_folder(tmp_path)
     assert a != b and a.exists() and b.exists()

@@ -10,7 +10,7 @@ so code in the notebook that replaces a checker changes what is reported, never 
 
 
 def _attnbook_code_hash(function):
-    """A fingerprint of a function's code (the grader computes the same for its own copy)."""
+    """attnbook.exercises.fingerprint.code_hash, copied: the kernel's attnbook may be altered."""
     import hashlib
     import types
 

@@ -24,7 +24,6 @@ import classroom  # noqa: E402
 from nbtools import SOLUTION_TITLE  # noqa: E402
 
 from .execute import Capture, Run  # noqa: E402
-from .in_kernel import _attnbook_code_hash  # noqa: E402
 
 POINTS = Path(__file__).resolve().parent / "points.toml"
 
@@ -69,6 +68,7 @@ def pristine_functions() -> dict[str, tuple[str, str]]:
 
     import attnbook
     import attnbook.exercises
+    from attnbook.exercises.fingerprint import code_hash
 
     found = {}
     for info in pkgutil.walk_packages(attnbook.__path__, "attnbook."):
@@ -80,7 +80,7 @@ def pristine_functions() -> dict[str, tuple[str, str]]:
             continue
         for name, fn in vars(module).items():
             if isinstance(fn, types.FunctionType) and fn.__module__ == module.__name__:
-                found[f"{module.__name__}.{name}"] = (module.__file__, _attnbook_code_hash(fn))
+                found[f"{module.__name__}.{name}"] = (module.__file__, code_hash(fn))
     return found
 
 
