@@ -85,3 +85,15 @@ def test_changed_outputs_agree_with_the_module():
     y[0, 2] += 1.0
     changed = (m(x) - m(y)).abs().amax(dim=-1)[0] > 0
     assert check_changed_outputs(changed, T, 2).ok
+
+
+def test_masked_scores_with_minus_inf_in_the_wrong_places_is_not_called_nan(scores):
+    """The right answer holds -inf too: a wrong one is told where its -inf are off."""
+    wrong = scores.masked_fill(torch.eye(T, dtype=torch.bool), float("-inf"))
+    fb = check_masked_scores(wrong, scores)
+    assert not fb.ok and "NaN or inf" not in fb.message
+    assert f"-inf in {T * (T - 1) // 2 + T} entries" in fb.message, fb.message
+    # The -inf right, the kept entries changed: the difference is measured on those.
+    halved = scores.masked_fill(causal_mask(T), float("-inf")) / 2
+    fb = check_masked_scores(halved, scores)
+    assert not fb.ok and "differs by up to" in fb.message, fb.message

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import torch
 
+from attnbook import causal_mask
 from attnbook.exercises.weighted_sum import (
     check_hull_bound,
     check_outputs,
     check_permuted_outputs,
 )
+from attnbook.softmax import stable_softmax
 
 
 def _example(T=4, d=4):
@@ -72,3 +74,13 @@ def test_permuted_outputs():
     y4 = torch.randn(4, 4)
     fb = check_permuted_outputs(y4[:, perm], y4, perm)
     assert not fb.ok and "features permuted" in fb.message, fb.message
+
+
+def test_outputs_without_the_causal_mask_is_named():
+    T, d = 4, 3
+    q, k, v = (torch.randn(T, d, dtype=torch.float64) for _ in range(3))
+    scores = q @ k.T / d ** 0.5
+    weights = stable_softmax(scores.masked_fill(causal_mask(T), float("-inf")))
+    assert check_outputs(weights @ v, weights, v, k, scores).ok
+    fb = check_outputs(stable_softmax(scores) @ v, weights, v, k, scores)
+    assert not fb.ok and "without the causal mask" in fb.message, fb.message

@@ -8,8 +8,10 @@ unit tests of discovery, static checks and the gradebook folder come first.
 
 from __future__ import annotations
 
+import ast
 import csv
 import importlib.util
+import inspect
 import json
 import os
 import sys
@@ -312,3 +314,104 @@ def test_the_kernel_is_sandboxed(tmp_path):
     finally:
         del os.environ["ATTNBOOK_SECRET_FOR_TEST"]
     assert (tmp_path / "k" / "home" / "note").exists()  # the write stayed in its own home
+
+
+def _solution_function(lab_nb, ex):
+    """The function the book's solution cell defines for ``ex``, compiled here."""
+    import torch
+
+    from attnbook.softmax import stable_softmax
+
+    namespace = {"torch": torch, "stable_softmax": stable_softmax}
+    source = lab_nb.cells[ex.solutions[0]].source
+    tree = ast.parse(source)
+    [node] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ex.function]
+    exec(compile(ast.Module([node], []), "<solution>", "exec"), namespace)  # noqa: S102
+    return namespace[ex.function]
+
+
+def test_solutions_pass_every_hidden_input_and_typical_mistakes_fail_with_a_name():
+    """The hidden inputs and the checks agree with the book's solutions, for several seeds;
+    each typical mistake fails on a hidden input with its own diagnosis."""
+    import torch
+    from make_submissions import MISTAKES
+
+    from attnbook.exercises import hidden_cases
+    from attnbook.softmax import stable_softmax
+
+    for lab in LABS:
+        lab_nb = _lab(lab)
+        for ex in classroom.find_exercises(lab_nb):
+            spec = judge.spec_of(ex)
+            right = _solution_function(lab_nb, ex)
+            for seed in (1, 2, 3):
+                for case in hidden_cases(spec, seed):
+                    fb = spec.check(right(*case.call), *case.check_args)
+                    assert fb.ok, (lab, ex.name, case.label, fb.message)
+            if ex.function in MISTAKES:
+                namespace = {"torch": torch, "stable_softmax": stable_softmax}
+                args = ", ".join(inspect.signature(right).parameters)
+                exec(f"def wrong({args}):\n{MISTAKES[ex.function]}", namespace)  # noqa: S102
+                verdicts = [spec.check(namespace["wrong"](*c.call), *c.check_args)
+                            for c in hidden_cases(spec, 1)]
+                assert not all(v.ok for v in verdicts), (lab, ex.name)
+                assert any("looks like" in v.message for v in verdicts), (lab, ex.name)
+
+
+def test_partial_credit_is_the_share_of_hidden_inputs_when_asked():
+    from grading.execute import Run
+
+    from attnbook.exercises import hidden_cases
+
+    ex = next(e for e in classroom.find_exercises(_lab("06_softmax")) if e.name == "softmax")
+    spec = judge.spec_of(ex)
+    cases = hidden_cases(spec, 4)
+    right = _solution_function(_lab("06_softmax"), ex)
+    results = [{"kind": "tensor", "value": right(*c.call)} for c in cases]
+    results[0] = {"kind": "error", "repr": "ValueError: no"}
+    captured = {"answer": {"kind": "missing"}, "args": [], "kwargs": {}, "tamper": [],
+                "function": {"defined": True, "names": ["exp"], "source": "", "results": results}}
+    run = Run({"softmax": captured}, {}, [], [])
+    cfg = {"defaults": {"points": 3, "seconds": 5, "case_seconds": 5, "partial": True},
+           "labs": {}}
+    exercises = [ex]
+    [v], _ = judge.judge("06_softmax", exercises, run, {"softmax": cases}, cfg, None, set(), {})
+    assert v.points == pytest.approx(3 * (len(cases) - 1) / len(cases))
+    assert "it raised ValueError: no" in v.message
+    cfg["defaults"]["partial"] = False
+    [v], _ = judge.judge("06_softmax", exercises, run, {"softmax": cases}, cfg, None, set(), {})
+    assert v.points == 0
+    captured["function"]["names"] = ["exp", "softmax"]  # the method limit
+    [v], _ = judge.judge("06_softmax", exercises, run, {"softmax": cases}, cfg, None, set(), {})
+    assert v.points == 0 and v.flags == ["method"] and "uses softmax" in v.message
+
+
+@needs_kernel
+def test_an_exercise_that_is_not_a_function_is_checked_on_the_handed_out_inputs(tmp_path):
+    """Lab 03's exercises take values: a student who overwrites q gets 0 and a flag, while the
+    untouched inputs of the next exercise are accepted (a reference run gives the inputs)."""
+    import grade
+
+    lab = _lab("03_scaling")
+    exercises = classroom.find_exercises(lab)
+    nb = classroom.student_edition(lab, exercises, "03_scaling")
+    for cell in nb.cells:
+        if "check_scaled_scores(answer, q, k)" in cell.source:
+            cell.source = cell.source.replace(
+                "answer = ...", "q = torch.zeros_like(q)\n"
+                "answer = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))")
+        if "check_dot_variance(answer, qs, ks)" in cell.source:
+            cell.source = cell.source.replace("answer = ...",
+                                              "answer = (qs * ks).sum(dim=-1).var()")
+    (tmp_path / "in" / "zed").mkdir(parents=True)
+    nbformat.write(nb, tmp_path / "in" / "zed" / "03_scaling.ipynb")
+    folder = grade.grade(tmp_path / "in", tmp_path / "out", jobs=2, seed=1, quiet=True,
+                         config_path=ROOT / "tests" / "submissions" / "points.toml")
+    with open(folder / "exercises.csv", encoding="utf-8") as f:
+        rows = {r["exercise"]: r for r in csv.DictReader(f)}
+    assert rows["scaled_scores"]["points"] == "0"
+    assert "inputs-changed" in rows["scaled_scores"]["flags"]
+    assert "The given input q differs" in rows["scaled_scores"]["feedback"]
+    assert rows["dot_variance"]["points"] == "1", rows["dot_variance"]["feedback"]
+    assert "inputs-changed" not in rows["dot_variance"]["flags"]
+    assert json.loads((folder / "run.json").read_text())["reference_runs"] == 1
