@@ -54,39 +54,64 @@ def device_arch(device: torch.device) -> int | None:
     return arch_of(torch.cuda.get_device_capability(device))
 
 
-def _small(arch: int | None) -> bool:
-    """The GPUs with at most 99 KB of shared memory per block: T4, A10/A40/RTX 30, L4/RTX 40."""
-    return arch in (75, 86, 89)
+# (arch, kernel, wide, d <= 64) -> config. "wide": 4-byte elements (float32, float64), whose
+# tiles take twice the shared memory and registers. sm86 and sm89 (99 KB per block) use sm80's
+# rows, which the compile check holds to 99 KB too. Below sm80 tl.dot is FMA, register-hungry:
+# eight warps share the tile, and the blocks are small enough that nothing spills at fp16.
+TABLE = {
+    (75, "forward", False, True): LaunchConfig(64, 32, 8, 2),
+    (75, "forward", False, False): LaunchConfig(32, 32, 8, 1),
+    (75, "forward", True, True): LaunchConfig(64, 32, 8, 1),
+    (75, "forward", True, False): LaunchConfig(32, 32, 8, 1),
+    (75, "backward", False, True): LaunchConfig(32, 32, 8, 1),
+    (75, "backward", False, False): LaunchConfig(16, 32, 8, 1),
+    (75, "backward", True, True): LaunchConfig(32, 32, 8, 1),
+    (75, "backward", True, False): LaunchConfig(16, 16, 4, 1),
+    (75, "decode", False, True): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", False, False): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", True, True): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", True, False): LaunchConfig(16, 32, 4, 2),
+    (80, "forward", False, True): LaunchConfig(128, 64, 8, 3),
+    (80, "forward", False, False): LaunchConfig(64, 64, 8, 2),
+    (80, "forward", True, True): LaunchConfig(64, 32, 8, 2),
+    (80, "forward", True, False): LaunchConfig(32, 32, 8, 2),
+    (80, "backward", False, True): LaunchConfig(32, 64, 8, 2),
+    (80, "backward", False, False): LaunchConfig(32, 64, 8, 1),
+    (80, "backward", True, True): LaunchConfig(32, 32, 8, 1),
+    (80, "backward", True, False): LaunchConfig(16, 16, 4, 1),
+    (80, "decode", False, True): LaunchConfig(16, 64, 4, 2),
+    (80, "decode", False, False): LaunchConfig(16, 64, 4, 2),
+    (80, "decode", True, True): LaunchConfig(16, 32, 4, 2),
+    (80, "decode", True, False): LaunchConfig(16, 32, 4, 2),
+}
+
+
+def launch_config(kernel: str, arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfig:
+    """The table's entry for ``kernel`` ("forward", "backward" or "decode") on ``arch``.
+
+    None (Triton's interpreter) gets blocks of 64 (16 rows for decoding): only correctness
+    matters there. sm86 and sm89 take sm80's rows, sm90 too (the H100 has more room, but these
+    tiles already reach its tensor cores: ``wgmma``).
+    """
+    if arch is None:
+        return LaunchConfig(16, 64) if kernel == "decode" else LaunchConfig(64, 64)
+    wide = dtype in (torch.float32, torch.float64)
+    return TABLE[(75 if arch < 80 else 80, kernel, wide, d <= 64)]
 
 
 def forward_config(arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfig:
-    """The forward kernel's launch for a GPU row of :data:`SHARED_LIMIT` (None: interpreter)."""
-    wide = d > 64 or dtype in (torch.float32, torch.float64)
-    if arch is None:
-        return LaunchConfig(64, 64)
-    if arch == 75:  # tl.dot is FMA below sm80: small tiles keep registers from spilling
-        return LaunchConfig(64, 32, 4, 1) if wide else LaunchConfig(64, 32, 4, 2)
-    if _small(arch):
-        return LaunchConfig(64, 32, 4, 2) if wide else LaunchConfig(128, 32, 4, 2)
-    return LaunchConfig(64, 64, 4, 2) if wide else LaunchConfig(128, 64, 8, 3)
+    """The forward kernel's launch (see :data:`TABLE`)."""
+    return launch_config("forward", arch, dtype, d)
 
 
 def backward_config(arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfig:
     """The backward kernel's launch: it holds five tiles where the forward holds two."""
-    wide = d > 64 or dtype in (torch.float32, torch.float64)
-    if arch is None:
-        return LaunchConfig(64, 64)
-    if arch == 75 or _small(arch):
-        return LaunchConfig(32, 32, 4, 1) if wide else LaunchConfig(32, 64, 4, 1)
-    return LaunchConfig(32, 64, 4, 1) if wide else LaunchConfig(64, 64, 4, 2)
+    return launch_config("backward", arch, dtype, d)
 
 
 def decoding_config(arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfig:
     """Flash-Decoding's split kernel: ``block_m`` is unused (the rows are the G query heads)."""
-    if arch is None:
-        return LaunchConfig(16, 64)
-    wide = d > 64 or dtype in (torch.float32, torch.float64)
-    return LaunchConfig(16, 32 if wide and arch == 75 else 64, 4, 2)
+    return launch_config("decode", arch, dtype, d)
 
 
 def default_precision(arch: int | None, dtype: torch.dtype) -> str:

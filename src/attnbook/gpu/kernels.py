@@ -27,7 +27,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-LN2 = 0.6931471805599453  # log(2): turns a base-2 log-sum-exp into natural units
+LN2 = tl.constexpr(0.6931471805599453)  # log(2): a base-2 log-sum-exp in natural units
 
 
 @triton.jit

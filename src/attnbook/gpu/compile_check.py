@@ -1,0 +1,269 @@
+"""Compile every Triton kernel ahead of time for GPUs nobody here has, and say what each uses.
+
+Triton can compile for a named GPU without one: ``triton.compile`` with a
+``GPUTarget("cuda", 75 | 80 | 90, 32)`` produces PTX and a cubin. From them this module reads
+what a reader's GPU will run: the shared memory a block asks for (``metadata.shared``, which
+must stay within :data:`attnbook.gpu.configs.SHARED_LIMIT` or the launch fails with
+``OutOfResources``), registers and spill stores per thread (``ptxas -v``, the assembler that
+ships inside the Triton wheel), and which instruction the matrix products became: ``wgmma``
+(Hopper's warpgroup tensor-core instruction), ``mma`` (tensor cores, sm80 on) or ``fma``
+(plain fused multiply-adds: what ``tl.dot`` becomes below sm80 since Triton 3.2, and for
+float32 with ``"ieee"`` precision).
+
+The cases are the launches the library makes: :func:`launch_cases` takes block sizes, warps
+and stages from :mod:`attnbook.gpu.configs`. Compiling needs Triton's compiler, not its
+interpreter, so a process that interprets (``TRITON_INTERPRET=1``, as the labs and tests on a
+CPU do) runs the compilation in a fresh subprocess: :func:`compile_table`.
+
+Run ``python -m attnbook.gpu.compile_check`` for the table as Markdown.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .configs import (
+    ARCHS,
+    SHARED_LIMIT,
+    LaunchConfig,
+    backward_config,
+    decoding_config,
+    default_precision,
+    forward_config,
+)
+
+DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
+HEAD_DIMS = (64, 128)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One kernel compiled for one GPU, with the launch configuration the library uses."""
+
+    kernel: str  # "forward", "backward", "decode split" or "decode merge"
+    arch: int  # compute capability as a number: 75, 80, 90
+    dtype: str  # "fp16", "bf16" or "fp32"
+    d: int  # head width
+    causal: bool
+    precision: str  # tl.dot's input precision (matters for fp32 only)
+    config: LaunchConfig
+
+
+@dataclass(frozen=True)
+class Result:
+    """What the compiler reports for one :class:`Case`."""
+
+    case: Case
+    shared: int  # bytes of shared memory per block
+    limit: int  # the architecture's per-block maximum
+    registers: int  # per thread
+    spill_stores: int  # bytes per thread
+    instruction: str  # "wgmma", "mma" or "fma"
+
+    @property
+    def fits(self) -> bool:
+        return self.shared <= self.limit
+
+
+def launch_cases(archs=ARCHS) -> list[Case]:
+    """Every (kernel, architecture, dtype, head width) the library launches, with its config.
+
+    Forward and backward: causal for every dtype, not causal for float16 (the same tiles
+    without the diagonal loop); float32 with the default precision, and the forward also with
+    ``"ieee"`` where that is not the default (Lab 17 compares the two). Flash-Decoding: the
+    split kernel for every dtype, the merge once per head width (it reads float32 partials).
+    """
+    cases = []
+    for arch in archs:
+        for d in HEAD_DIMS:
+            for name, dtype in DTYPES.items():
+                prec = default_precision(arch, dtype)
+                fwd, bwd = forward_config(arch, dtype, d), backward_config(arch, dtype, d)
+                for causal in (True, False) if name == "fp16" else (True,):
+                    cases.append(Case("forward", arch, name, d, causal, prec, fwd))
+                    cases.append(Case("backward", arch, name, d, causal, prec, bwd))
+                if name == "fp32" and prec != "ieee":
+                    cases.append(Case("forward", arch, name, d, True, "ieee", fwd))
+                cases.append(Case("decode split", arch, name, d, False, prec,
+                                  decoding_config(arch, dtype, d)))
+            cases.append(Case("decode merge", arch, "fp16", d, False, "ieee",
+                              LaunchConfig(1, 1, 4, 1)))
+    return cases
+
+
+def _signature(case: Case):
+    """Triton's signature, compile-time constants and alignment hints for a case.
+
+    Pointers are taken 16-byte aligned and the strides multiples of 16, as the runtime
+    specialises them for tensors laid out (B, h, T, d) with d = 64 or 128.
+    """
+    from . import kernels
+
+    t = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}[case.dtype]
+    cfg, d = case.config, case.d
+    if case.kernel == "forward":
+        fn = kernels.flash_forward_kernel
+        types = [t, t, t, t, "*fp32", "*i8", "fp32", "i32", "i32", "i32", "i32"] + ["i32"] * 9
+        const = {"CAUSAL": case.causal, "HAS_PAD": False, "PRECISION": case.precision,
+                 "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d}
+        strides = range(11, 20)
+    elif case.kernel == "backward":
+        fn = kernels.flash_backward_kernel
+        types = [t, t, t, t, "*fp32", "*fp32", "*fp32", t, t, "*i8", "fp32", "fp32", "i32",
+                 "i32", "i32", "i32"] + ["i32"] * 9
+        const = {"CAUSAL": case.causal, "HAS_PAD": False, "PRECISION": case.precision,
+                 "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d}
+        strides = range(16, 25)
+    elif case.kernel == "decode split":
+        fn = kernels.flash_decoding_split_kernel
+        types = [t, t, t, "*fp32", "*fp32", "*i8", "fp32", "i32", "i32", "i32", "i32"] + \
+            ["i32"] * 8
+        const = {"HAS_PAD": False, "PRECISION": case.precision, "BLOCK_N": cfg.block_n,
+                 "G_PAD": 16, "D": d, "D_PAD": d}
+        strides = range(11, 19)
+    else:
+        fn = kernels.flash_decoding_merge_kernel
+        types = ["*fp32", "*fp32", t, "i32"]
+        const = {"S_PAD": 16, "D": d, "D_PAD": d}
+        strides = ()
+    names = fn.arg_names
+    signature = {name: "constexpr" if name in const else types[i] for i, name in enumerate(names)}
+    aligned = [i for i, ty in enumerate(types) if ty.startswith("*")] + list(strides)
+    attrs = {(i,): [["tt.divisibility", 16]] for i in aligned}
+    return fn, signature, const, attrs
+
+
+def compile_case(case: Case) -> Result:
+    """Compile one case for its architecture and read shared memory, registers and spills."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
+
+    fn, signature, const, attrs = _signature(case)
+    compiled = triton.compile(
+        ASTSource(fn=fn, signature=signature, constexprs=const, attrs=attrs),
+        target=GPUTarget("cuda", case.arch, 32),
+        options={"num_warps": case.config.num_warps, "num_stages": case.config.num_stages})
+    ptx = compiled.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:  # ptxas -v: registers and spills per thread
+        src = os.path.join(tmp, "kernel.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        arch = f"sm_{case.arch}a" if case.arch >= 90 else f"sm_{case.arch}"
+        log = subprocess.run([get_ptxas(case.arch).path, "-v", "--regAllocOptLevel=2",
+                              f"--gpu-name={arch}", src, "-o", os.path.join(tmp, "k.o")],
+                             capture_output=True, text=True, check=True).stderr
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
+    if case.kernel == "decode merge":  # no tl.dot: a weighted sum of n_split rows
+        kind = "no dot"
+    else:
+        kind = "wgmma" if "wgmma.mma_async" in ptx else "mma" if re.search(r"\bmma\.sync", ptx) \
+            else "fma"
+    return Result(case, compiled.metadata.shared, SHARED_LIMIT[case.arch], registers, spills,
+                  kind)
+
+
+def compile_all(cases: list[Case] | None = None) -> list[Result]:
+    """Compile every case in this process (which must not be interpreting Triton)."""
+    from .triton_env import interpreting
+
+    if interpreting():
+        raise RuntimeError("Triton's interpreter is on in this process; use compile_table, "
+                           "which compiles in a subprocess")
+    cases = cases or launch_cases()
+    workers = min(4, os.cpu_count() or 1)
+    if workers == 1:
+        return [compile_case(case) for case in cases]
+    # Compilation is CPU-bound Python and ptxas: one process per core.
+    ctx = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        return list(pool.map(compile_case, cases))
+
+
+def compile_table(cases: list[Case] | None = None) -> list[dict]:
+    """Compile every case, in a fresh subprocess with the interpreter off, as plain rows.
+
+    Returns:
+        One dict per case: kernel, arch, dtype, d, causal, precision, block_m, block_n,
+        num_warps, num_stages, shared, limit, registers, spill_stores, instruction, fits.
+    """
+    env = {"TRITON_DEFAULT_FP_FUSION": "1", **os.environ, "TRITON_INTERPRET": "0"}
+    payload = json.dumps([_case_dict(c) for c in (cases or launch_cases())])
+    out = subprocess.run([sys.executable, "-m", "attnbook.gpu.compile_check", "--json"],
+                         input=payload, env=env, capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"compiling the kernels failed:\n{out.stderr[-4000:]}")
+    return json.loads(out.stdout)
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The rows as a Markdown table: one line per kernel, dtype and head width, one column
+    group per architecture (shared KiB, registers, spill bytes, instruction)."""
+    archs = sorted({r["arch"] for r in rows})
+    keys = []
+    for r in rows:
+        key = (r["kernel"], r["dtype"], r["d"], r["causal"], r["precision"])
+        if key not in keys:
+            keys.append(key)
+    by = {(r["kernel"], r["dtype"], r["d"], r["causal"], r["precision"], r["arch"]): r
+          for r in rows}
+    head = "| kernel | dtype | d | " + " | ".join(f"sm{a}" for a in archs) + " |"
+    lines = [head, "|" + "---|" * (3 + len(archs))]
+    for kernel, dtype, d, causal, prec in keys:
+        label = kernel + ("" if causal or kernel.startswith("decode") else ", not causal")
+        dt = dtype if dtype != "fp32" else f"fp32 {prec}"
+        cells = []
+        for a in archs:
+            r = by.get((kernel, dtype, d, causal, prec, a))
+            if r is None:  # this precision is not the default there
+                cells.append("—")
+                continue
+            cells.append(f"{r['shared'] / 1024:.0f} KiB, {r['registers']} reg, "
+                         f"{r['spill_stores']} B spill, {r['instruction']}"
+                         + ("" if r["fits"] else " **does not fit**"))
+        lines.append(f"| {label} | {dt} | {d} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _case_dict(case: Case) -> dict:
+    out = asdict(case)
+    out.update(out.pop("config"))
+    return out
+
+
+def _case_from(row: dict) -> Case:
+    cfg = LaunchConfig(row["block_m"], row["block_n"], row["num_warps"], row["num_stages"])
+    return Case(row["kernel"], row["arch"], row["dtype"], row["d"], row["causal"],
+                row["precision"], cfg)
+
+
+def _row(result: Result) -> dict:
+    return {**_case_dict(result.case), "shared": result.shared, "limit": result.limit,
+            "registers": result.registers, "spill_stores": result.spill_stores,
+            "instruction": result.instruction, "fits": result.fits}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``--json``: read cases (JSON) on stdin, write rows; otherwise print the Markdown table."""
+    argv = sys.argv[1:] if argv is None else argv
+    if "--json" in argv:
+        cases = [_case_from(row) for row in json.loads(sys.stdin.read() or "[]")]
+        json.dump([_row(r) for r in compile_all(cases or None)], sys.stdout)
+    else:
+        print(markdown_table([_row(r) for r in compile_all()]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Every Triton kernel, compiled ahead of time for the T4 (sm75), A100 (sm80) and H100 (sm90).
+
+No GPU is needed: Triton compiles for a named target (attnbook.gpu.compile_check). The
+compilation runs once per test session, in a subprocess with the interpreter off, over every
+launch the library makes (attnbook.gpu.configs), and these tests read its table: each case
+compiles, fits the architecture's shared memory per block, and its matrix products become the
+instruction the book says (tensor cores from sm80 on, FMA on the T4).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from attnbook.gpu.compile_check import compile_table, launch_cases, markdown_table  # noqa: E402
+from attnbook.gpu.configs import (  # noqa: E402
+    ARCHS,
+    SHARED_LIMIT,
+    TABLE,
+    arch_of,
+    default_precision,
+    launch_config,
+)
+
+
+@pytest.fixture(scope="module")
+def rows():
+    """The compile table, computed once (a minute or two on one core; Triton caches kernels)."""
+    return compile_table()
+
+
+def test_every_launch_compiles_for_every_architecture(rows):
+    cases = launch_cases()
+    assert len(rows) == len(cases) > 60
+    assert {r["arch"] for r in rows} == set(ARCHS) == {75, 80, 90}
+    kernels = {r["kernel"] for r in rows}
+    assert kernels == {"forward", "backward", "decode split", "decode merge"}
+    for r in rows:  # both head widths, all three dtypes, for every kernel with a tl.dot
+        assert r["d"] in (64, 128) and r["dtype"] in ("fp16", "bf16", "fp32")
+    dtypes = {(r["kernel"], r["arch"], r["d"], r["dtype"]) for r in rows}
+    for arch in ARCHS:
+        for d in (64, 128):
+            for dt in ("fp16", "bf16", "fp32"):
+                for kernel in ("forward", "backward", "decode split"):
+                    assert (kernel, arch, d, dt) in dtypes
+
+
+def test_shared_memory_fits_each_architecture(rows):
+    """No OutOfResources at launch: within the per-block limit (sm80's rows also within the
+    99 KB of sm86/sm89, which use them)."""
+    too_big = [r for r in rows if r["shared"] > SHARED_LIMIT[r["arch"]]]
+    assert too_big == []
+    assert all(r["fits"] for r in rows)
+    assert all(r["shared"] <= SHARED_LIMIT[86] for r in rows if r["arch"] == 80)
+    assert all(r["shared"] > 0 for r in rows)  # the number was read, not defaulted
+
+
+def test_tensor_cores_from_sm80_fma_on_the_t4(rows):
+    """fp16/bf16 tl.dot: mma on sm80, wgmma (or mma) on sm90, FMA on sm75 (Triton >= 3.2);
+    float32: tensor cores with tf32x3 (the default from sm80), FMA with "ieee"."""
+    for r in rows:
+        if r["kernel"] == "decode merge":
+            assert r["instruction"] == "no dot"
+            continue
+        if r["arch"] == 75 or (r["dtype"] == "fp32" and r["precision"] == "ieee"):
+            want = {"fma"}
+        elif r["arch"] == 80:
+            want = {"mma"}
+        else:
+            want = {"wgmma", "mma"}
+        assert r["instruction"] in want, r
+    assert any(r["instruction"] == "wgmma" for r in rows if r["arch"] == 90)
+
+
+def test_spills_are_reported_and_small_in_half_precision(rows):
+    for r in rows:
+        assert isinstance(r["spill_stores"], int) and r["spill_stores"] >= 0
+        assert 0 < r["registers"] <= 255
+    # The forward and decoding kernels in fp16/bf16 keep everything in registers on every GPU.
+    half = [r for r in rows if r["dtype"] != "fp32" and r["kernel"] != "backward"]
+    assert [r for r in half if r["spill_stores"]] == []
+
+
+def test_markdown_table_has_a_column_per_architecture(rows):
+    table = markdown_table(rows)
+    assert "| sm75 | sm80 | sm90 |" in table
+    assert "does not fit" not in table
+    assert table.count("\n") == len({(r["kernel"], r["dtype"], r["d"], r["causal"],
+                                      r["precision"]) for r in rows}) + 1
+
+
+def test_launch_table_covers_every_gpu_and_dtype():
+    """Fast: no compilation. Every capability from 7.5 gets a row; older ones are refused."""
+    for cc in [(7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (12, 0)]:
+        arch = arch_of(cc)
+        for kernel in ("forward", "backward", "decode"):
+            for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
+                for d in (16, 64, 96, 128):
+                    cfg = launch_config(kernel, arch, dtype, d)
+                    assert cfg.block_n >= 16 and cfg.block_m >= 16
+    assert arch_of((8, 6)) == 86 and arch_of((9, 0)) == 90 and arch_of(None) is None
+    with pytest.raises(ValueError, match="7.5"):
+        arch_of((7, 0))
+    assert len(TABLE) == 2 * 3 * 2 * 2
+    assert SHARED_LIMIT[75] == 64 * 1024 and SHARED_LIMIT[80] == 163 * 1024
+    assert default_precision(80, torch.float32) == "tf32x3"
+    assert default_precision(75, torch.float32) == "ieee"
+    assert default_precision(None, torch.float32) == "ieee"
+    assert default_precision(90, torch.float16) == "ieee"  # ignored for 16-bit inputs
