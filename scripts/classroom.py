@@ -195,15 +195,49 @@ STUDENT_NOTE = (
     "this notebook (`.ipynb`); do not change the given inputs or the checks.")
 
 
+def _printed(cell) -> str:
+    return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "")
+                   for o in cell.get("outputs", []))
+
+
+def answer_patterns(nb, exercises: list[Exercise]) -> list[re.Pattern]:
+    """What the solution cells print as answers, as patterns to look for elsewhere.
+
+    A printed line counts when it holds several numbers or booleans (a list, a row of weights),
+    or when a single number with a decimal point or three digits precedes the check's verdict
+    ("2.5 Correct: ..."); such a number also matches with trailing zeros (2.5 finds 2.50).
+    """
+    patterns = []
+    for ex in exercises:
+        for i in ex.solutions:
+            for line in _printed(nb.cells[i]).splitlines():
+                if "Correct" in line.split(":")[0]:
+                    value = line.split("Correct", 1)[0].strip()
+                    number = value.rstrip("0").rstrip(".") if "." in value else value
+                    # A lone small integer (1, 7, or 1.000) appears everywhere: not a clue.
+                    if re.fullmatch(r"-?\d+\.\d+|-?\d{3,}", number):
+                        tail = r"(?:\.0*)?" if "." not in number else "0*"
+                        patterns.append(re.compile(
+                            rf"(?<![\w.]){re.escape(number)}{tail}(?![\d])"))
+                    continue
+                value = line.split(":", 1)[-1].strip()
+                if len(re.findall(r"-?\d+\.\d+|True|False", value)) >= 2:
+                    patterns.append(re.compile(re.escape(value)))
+    return patterns
+
+
 def student_edition(nb, exercises: list[Exercise], lab: str | None = None):
     """The lab as students get it: no solutions, nothing that gives an answer away.
 
     Removed: the solution cells, the notes that point at them (the whole cell, so a sentence
-    such as "It predicts, then measures." does not dangle), and the closing "What you saw"
-    summary, which states the answers (replaced by a prompt). Added: a first cell with the
-    hand-in rules, and the lab id in the notebook's metadata (``attnbook.lab``), by which the
-    grader recognises the lab whatever the file is called.
+    such as "It predicts, then measures." does not dangle), the closing "What you saw"
+    summary, which states the answers (replaced by a prompt), and the stored output of any
+    cell that prints a value a solution prints (the cell stays; it prints it when run, so a lab
+    that computes an answer before asking for it should be reordered). Added: a first cell
+    with the hand-in rules, and the lab id in the notebook's metadata (``attnbook.lab``), by
+    which the grader recognises the lab whatever the file is called.
     """
+    leaks = answer_patterns(nb, exercises)
     nb = copy.deepcopy(nb)
     drop = {i for ex in exercises for i in ex.solutions}
     drop |= {i for i, c in enumerate(nb.cells) if is_solution(c)}
@@ -211,6 +245,8 @@ def student_edition(nb, exercises: list[Exercise], lab: str | None = None):
     for i, cell in enumerate(nb.cells):
         if i in drop:
             continue
+        if cell.cell_type == "code" and any(p.search(_printed(cell)) for p in leaks):
+            cell.outputs, cell.execution_count = [], None
         if cell.cell_type == "markdown" and HIDDEN_NOTE in cell.source:
             continue
         if cell.cell_type == "markdown" and SUMMARY_HEADING.search(cell.source):

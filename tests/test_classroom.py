@@ -132,27 +132,37 @@ def _printed(cell) -> str:
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
 def test_no_student_edition_gives_an_answer_away(path):
-    """What a solution cell prints (numbers, lists) appears nowhere in the student edition.
+    """What a solution cell prints as its answer appears nowhere in the student edition.
 
-    Also gone: the notes that point at the removed solutions, with whatever else they say.
+    Also gone: the notes that point at the removed solutions, with whatever else they say, and
+    the closing summary.
     """
     lab = nbformat.read(path, as_version=4)
     exercises = classroom.find_exercises(lab)
     student = classroom.student_edition(lab, exercises, path.stem)
     shown = "\n".join(c.source + "\n" + _printed(c) for c in student.cells)
-    for ex in exercises:
-        for i in ex.solutions:
-            for line in _printed(lab.cells[i]).splitlines():
-                value = line.split(":", 1)[-1].strip()
-                # A value worth hiding: several numbers or booleans, not a verdict or a word.
-                if line.startswith(("Correct", "Not yet")) or len(re.findall(
-                        r"-?\d+\.\d+|True|False", value)) < 2:
-                    continue
-                assert value not in shown, f"{path.stem}: the answer {value!r} is shown"
+    for pattern in classroom.answer_patterns(lab, exercises):
+        found = pattern.search(shown)
+        assert not found, f"{path.stem}: the answer {found.group(0)!r} is shown"
     notes = [c.source for c in lab.cells if c.cell_type == "markdown"
              and classroom.HIDDEN_NOTE in c.source]
     assert not any(n in shown for n in notes)
     assert not re.search(r"^## What you saw\s*\n\s*\n\s*- ", shown, re.M)
+
+
+def test_answer_patterns_find_lists_rows_and_single_numbers():
+    nb = nbformat.v4.new_notebook()
+    sol = nbformat.v4.new_code_cell("# @title Solution\nanswer = 2.5")
+    sol.outputs = [nbformat.v4.new_output("stream", name="stdout", text=(
+        "2.5 Correct: the ratio matches.\n0.030 0.604 0.082\nmeasured: [False, True, True]\n"
+        "Correct: Y matches.\nsame: True\n"))]
+    nb.cells = [nbformat.v4.new_code_cell("answer = ...\ncheck_x(answer)"), sol]
+    ex = classroom.Exercise("x", "check_x", "m", "check_x(answer)", 0, "answer", [1])
+    found = [p for p in classroom.answer_patterns(nb, [ex])]
+    texts = ["ratio = 2.50 (17 MFLOP)", "tau: 0.030 0.604 0.082 0.001",
+             "[False, True, True]"]
+    assert all(any(p.search(t) for p in found) for t in texts)
+    assert not any(p.search("12.5 and 2.51 and True") for p in found)
 
 
 def run_like_gradescope(zip_path: Path, notebook, folder: Path) -> dict:
