@@ -56,7 +56,8 @@ CASES = {
     "cleo/07_weighted_sum.ipynb": "overwrites the given weights (w = eye) and returns v; the "
                                   "other two are typical mistakes: 0 / 3, diagnoses named",
     "dan/Copy of 06_softmax.ipynb": "Colab's copy name, a kernel named attn-course, exercise 1 "
-                                    "hard-coded from printed numbers: 2 / 3, hard-coded",
+                                    "hard-coded from printed numbers, exercise 3 raises: 1 / 3, "
+                                    "hard-coded, the error named",
     "eve/06_softmax.ipynb": "the book's own lab (solutions collapsed but present), her own "
                             "answers wrong: 0 / 3, solutions-present",
     "frankli_1234_56789_06_softmax.ipynb": "Canvas flat download, first hand-in (wrong)",
@@ -155,7 +156,7 @@ def build(out: Path) -> dict[str, str]:
                       for row in torch.softmax(S1, dim=-1).tolist())
     printed = f"    return torch.tensor([\n{rows}])"
     dan = _fill(s06, {"softmax_rows": printed, "jacobian_from_p": RIGHT["jacobian_from_p"],
-                      "tempered_softmax": RIGHT["tempered_softmax"]})
+                      "tempered_softmax": "    raise NotImplementedError('no time left')"})
     dan.metadata["kernelspec"] = {"name": "attn-course", "display_name": "Attention course",
                                   "language": "python"}
     del dan.metadata["attnbook"]  # Colab keeps metadata, but the name must be enough
