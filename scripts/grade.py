@@ -191,7 +191,13 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
                                       judge.saved_correct(chosen.nb, exercises[lab]),
                                       solutions_by_lab[lab])
         result.verdicts, result.note, result.seconds = verdicts, run.note, run.seconds
-        result.flags += [f for f in flags if f.code not in {g.code for g in result.flags}]
+        for flag in flags:  # what the run saw adds to what the source showed
+            same = next((g for g in result.flags if g.code == flag.code), None)
+            if same is None:
+                result.flags.append(flag)
+            else:
+                same.text += " While it ran: " + flag.text.split(". Grading used")[0].removeprefix(
+                    "While the notebook ran, ") + "."
         codes = {c for v in verdicts for c in v.flags}
         if "method" in codes:
             result.flags.append(judge.Flag("method", "A function uses what its exercise rules "

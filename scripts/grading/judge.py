@@ -361,7 +361,7 @@ def _judge_function(v: Verdict, ex, spec, captured: dict, cases, conf: dict,
     passed, first_wrong = 0, None
     for case, result in zip(cases, results):
         if result.get("kind") == "error":
-            feedback = f"it raised {result['repr']}"
+            feedback = f"it raised {result['repr'].rstrip('.')}."
         else:
             fb = spec.check(_value(result), *case.check_args)
             if fb.ok:
