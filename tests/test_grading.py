@@ -214,6 +214,8 @@ def test_right_answers_get_full_marks_and_a_missing_lab_zero(graded):
     assert all("hidden inputs" in f for _, f, _ in _ex(rows, "ada", "06_softmax").values())
     assert "tamper" not in book["ada"]["flags"] and book["hana"]["06_softmax"] == "3"
     assert "06_softmax:never-run" in _flags(book, "hana")
+    assert "graded as the notebook defines it at its end" in _ex(rows, "hana",
+                                                                  "06_softmax")["jacobian"][1]
 
 
 @needs_kernel

@@ -26,6 +26,7 @@ class Capture:
     case_seconds: float = 10.0  # time limit of each call on a hidden input
     function: str | None = None  # the learner's function, for exercises phrased as one
     cases: list[tuple] = field(default_factory=list)  # hidden inputs to call it with
+    at_end: bool = False  # its exercise cell was not found: captured after the last cell
 
 
 @dataclass
@@ -37,6 +38,7 @@ class Run:
     errors: list[tuple[int, str]]  # (cell index, "Error: message") of cells that raised
     timeouts: list[int]  # indices of cells stopped at their time limit
     raised: dict[str, str] = field(default_factory=dict)  # exercise -> its cell's error
+    at_end: list[str] = field(default_factory=list)  # exercises captured after the last cell
     note: str = ""  # what stopped the run early, if anything
     seconds: float = 0.0
     network_off: bool = False
@@ -63,7 +65,8 @@ def run_notebook(nb, captures: list[Capture], folder: Path, limits: Limits,
     at: dict[int, list[Capture]] = {}
     for c in captures:
         at.setdefault(c.cell, []).append(c)
-    run = Run({c.name: None for c in captures}, {}, [], [])
+    run = Run({c.name: None for c in captures}, {}, [], [],
+              at_end=[c.name for c in captures if c.at_end])
     start = time.monotonic()
     folder.mkdir(parents=True, exist_ok=True)
     with Kernel(folder, limits) as kernel:
@@ -76,17 +79,19 @@ def run_notebook(nb, captures: list[Capture], folder: Path, limits: Limits,
                 run.note = (f"The notebook ran past its limit of {notebook_seconds:g} s in total "
                             "and was stopped; exercises after that point were not graded.")
                 break
-            limit = min([c.seconds for c in at.get(i, [])] or [cell_seconds])
+            limit = min([c.seconds for c in at.get(i, []) if not c.at_end] or [cell_seconds])
             reply = kernel.run(cell.source, min(limit, left))
             if reply.status == "error":
                 run.errors.append((i, reply.error))
                 for c in at.get(i, []):
-                    run.raised[c.name] = reply.error
+                    if not c.at_end:
+                        run.raised[c.name] = reply.error
             elif reply.status == "timeout":
                 run.timeouts.append(i)
                 for c in at.get(i, []):
-                    run.events[c.name] = (f"your exercise cell ran longer than {limit:g} s and "
-                                          "was stopped (an endless loop?)")
+                    if not c.at_end:  # the last cell is not the exercise's own
+                        run.events[c.name] = (f"your exercise cell ran longer than {limit:g} s "
+                                              "and was stopped (an endless loop?)")
             elif reply.status == "dead":
                 run.note = _dead_note(reply, limits)
                 break

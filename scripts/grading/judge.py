@@ -122,21 +122,26 @@ def graded_cells(nb, exercises) -> dict[str, int]:
 
 def plan(nb, lab: str, exercises, cfg: dict, seed: int) -> tuple[list[Capture], dict]:
     """The captures to make while running ``nb``, and the hidden cases per exercise."""
+    from attnbook.exercises import hidden_cases
+
     cells = graded_cells(nb, exercises)
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     captures, cases = [], {}
     for ex in exercises:
-        if ex.name not in cells:
+        spec = spec_of(ex)
+        # A function is found by its name wherever it was defined: if its exercise cell is gone,
+        # grade it at the end. A value is not (the labs reuse the name answer).
+        at_end = ex.name not in cells and spec is not None and bool(code)
+        if ex.name not in cells and not at_end:
             continue
         args, kwargs = split_call(ex.call)
-        spec = spec_of(ex)
-        from attnbook.exercises import hidden_cases
-
         hidden = hidden_cases(spec, case_seed(seed, lab, ex.name)) if spec else []
         cases[ex.name] = hidden
         conf = exercise_config(cfg, lab, ex.name)
-        captures.append(Capture(ex.name, cells[ex.name], ex.variable, args, kwargs,
-                                float(conf["seconds"]), float(conf["case_seconds"]),
-                                spec.function if spec else None, [c.call for c in hidden]))
+        captures.append(Capture(ex.name, code[-1] if at_end else cells[ex.name], ex.variable,
+                                args, kwargs, float(conf["seconds"]), float(conf["case_seconds"]),
+                                spec.function if spec else None, [c.call for c in hidden],
+                                at_end=at_end))
     return captures, cases
 
 
@@ -327,6 +332,9 @@ def judge(lab: str, exercises, run: Run, cases: dict, cfg: dict, reference: Run 
         if event:  # the cell timed out: nothing else to say about it
             v.points = 0.0
             v.message = f"Not graded: {event}."
+        if ex.name in run.at_end:
+            v.message += (" (Its exercise cell was not found, deleted or changed: the function "
+                          "was graded as the notebook defines it at its end.)")
         if ex.name in run.raised and v.points < v.possible:
             v.message += f" (Your exercise cell raised {run.raised[ex.name]}.)"
         if ex.name in said_correct and v.points < v.possible:

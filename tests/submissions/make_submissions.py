@@ -66,7 +66,8 @@ CASES = {
     "gus/06_softmax.ipynb": "an endless loop in the last exercise: 2 / 3, the loop's "
                             "exercise alone loses its point",
     "gus/notes.ipynb": "an unrelated notebook: not graded, flagged",
-    "hana/06_softmax.ipynb": "right answers, never executed: 3 / 3, never-run (information)",
+    "hana/06_softmax.ipynb": "right answers, never executed, one check call deleted: 3 / 3 (the "
+                             "function is found by its name), never-run (information)",
     "hana/07_weighted_sum.ipynb": "not JSON at all: not graded, flagged; lab 07 missing",
     "ivan/06_softmax.ipynb": "saved output says Correct after running cells out of order: "
                              "0 for that exercise, told why; out-of-order",
@@ -185,8 +186,11 @@ def build(out: Path) -> dict[str, str]:
                    nbformat.v4.new_code_cell("print('hello')")]
     files["gus/notes.ipynb"] = notes
 
-    files["hana/06_softmax.ipynb"] = _never_run(_fill(s06, {k: RIGHT[k] for k in (
+    hana = _never_run(_fill(s06, {k: RIGHT[k] for k in (
         "softmax_rows", "jacobian_from_p", "tempered_softmax")}))
+    for cell in hana.cells:  # she deleted the check under her Jacobian
+        cell.source = cell.source.replace("check_jacobian(answer, s2)", "")
+    files["hana/06_softmax.ipynb"] = hana
 
     # Ivan defined softmax_rows in a cell below the exercise and ran it before the check.
     ivan = _fill(s06, {"jacobian_from_p": RIGHT["jacobian_from_p"],
