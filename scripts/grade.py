@@ -26,7 +26,6 @@ Writes a new folder OUT/<date_time> (never overwriting an earlier run):
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import multiprocessing
@@ -162,7 +161,7 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
                                            f"book's {solutions} solution cells (the lab from the "
                                            "site, not the student edition). They were removed "
                                            "and only the student's own cells were graded."))
-        result.flags += judge.source_flags(chosen.nb, exercises[lab])
+        result.flags += judge.source_flags(chosen.nb)
         captures, cases = judge.plan(nb, lab, exercises[lab], cfg, seed)
         students[student].labs[lab] = result
         meta.append((student, lab, chosen, cases))
@@ -217,7 +216,7 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
     changed = _tree_hash(package) != fingerprint
     folder = gradebook.new_folder(out.resolve(), name)
     ordered = sorted(students.values(), key=lambda s: s.student.lower())
-    gradebook.write(folder, ordered, labs, exercises)
+    gradebook.write(folder, ordered, labs)
     if changed:  # the scores came from the copies loaded before; later runs would not
         warning = (f"\n**Warning:** the attnbook package under {package} changed while the "
                    "notebooks ran (a submission wrote to it, or someone edited it). These scores "
@@ -256,7 +255,7 @@ def _run_all(tasks: list[dict], jobs: int, say, labels: list[str]) -> list[Run]:
         return []
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=context) as pool:
-        futures = [pool.submit(_run_task, copy.deepcopy(t) if jobs == 1 else t) for t in tasks]
+        futures = [pool.submit(_run_task, t) for t in tasks]
         runs = []
         for label, future in zip(labels, futures):
             run = future.result()

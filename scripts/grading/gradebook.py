@@ -72,14 +72,14 @@ def _safe(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("_") or "student"
 
 
-def write(folder: Path, students: list[StudentResult], labs: list[str], exercises: dict) -> dict:
+def write(folder: Path, students: list[StudentResult], labs: list[str]) -> dict:
     """Write gradebook.csv, exercises.csv, feedback/<student>.md and summary.md.
 
     Args:
         folder: the run's new folder.
         students: the results.
-        labs: the labs of this assignment (one column each, in this order).
-        exercises: lab -> its exercises, so a missing lab still lists them at 0.
+        labs: the labs of this assignment (one column each, in this order); every student
+            has a LabResult for each (a missing lab: its exercises at 0).
 
     Returns:
         The paths written, by kind.

@@ -121,7 +121,18 @@ def graded_cells(nb, exercises) -> dict[str, int]:
 
 
 def plan(nb, lab: str, exercises, cfg: dict, seed: int) -> tuple[list[Capture], dict]:
-    """The captures to make while running ``nb``, and the hidden cases per exercise."""
+    """What to capture while ``nb`` runs, and the hidden inputs of each exercise.
+
+    Args:
+        nb: the notebook as it will run (solution cells removed).
+        lab: the lab's name.
+        exercises: the lab's exercises, from the book's lab.
+        cfg: points.toml.
+        seed: the run's seed; each exercise's cases use a seed derived from it.
+
+    Returns:
+        (one Capture per exercise found, {exercise: its HiddenCase list}).
+    """
     from attnbook.exercises import hidden_cases
 
     cells = graded_cells(nb, exercises)
@@ -225,8 +236,15 @@ def tampering_lines(nb) -> list[str]:
     return list(dict.fromkeys(hits))
 
 
-def source_flags(nb, exercises) -> list[Flag]:
-    """What the notebook's own source and saved state say: tampering, order, kernel."""
+def source_flags(nb) -> list[Flag]:
+    """What the notebook's own source and saved state say: tampering, order, kernel.
+
+    Args:
+        nb: the notebook as handed in.
+
+    Returns:
+        Flags "tamper", "never-run" or "out-of-order", and "kernel", as they apply.
+    """
     flags = []
     hits = tampering_lines(nb)
     if hits:
