@@ -107,3 +107,9 @@ grade: install
 
 clean:
 	rm -rf _build
+
+# Everything a CUDA GPU can check (a Colab runtime included): the labs on the GPU, the compiled
+# kernels against float64 and SDPA, the compile check, a timed benchmark; _build/gpu_check/report.md.
+.PHONY: gpu-check
+gpu-check: install
+	$(BIN)/python scripts/gpu_check.py

@@ -10,6 +10,7 @@ from attnbook import Attention
 from attnbook.gpu.io_cost import (
     A100,
     H100,
+    T4,
     TrafficCounter,
     attainable_flops,
     flash_io,
@@ -59,6 +60,7 @@ def test_explicit_module_is_memory_bound():
         ratios.append(flop_count(attn.attend, q, k, v) / traffic.total_bytes)
     assert all(r < 10 for r in ratios) and ratios[1] < 1.5 * ratios[0]
     assert A100.ridge > 100 and H100.ridge > 100
+    assert T4.ridge == pytest.approx(65e12 / 320e9) and T4.sram_bytes_per_sm == 64 * 1024
     assert attainable_flops(1.0, H100) == H100.hbm_bytes_per_s
 
 

@@ -8,15 +8,19 @@ attnbook[triton]``.
 
 from .decoding import flash_decoding, merge_partials
 from .flash import FlashAttention, flash_attention
-from .io_cost import A100, GPU, H100, TrafficCounter, flash_io, standard_io
+from .io_cost import A100, GPU, H100, T4, TrafficCounter, flash_io, standard_io
+from .timing import Timing, benchmark
 from .triton_env import interpreting, load_kernels
 
 __all__ = [
     "A100",
     "GPU",
     "H100",
+    "T4",
     "FlashAttention",
+    "Timing",
     "TrafficCounter",
+    "benchmark",
     "flash_attention",
     "flash_decoding",
     "flash_io",

@@ -237,6 +237,16 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def summary(row: dict) -> str:
+    """One table cell: launch configuration, shared memory, registers, spills, instruction."""
+    fits = "" if row["fits"] else ", does not fit"
+    return (f"{row['block_m']}×{row['block_n']}, {row['num_warps']} warps, "
+            f"{row['num_stages']} stage{'s' if row['num_stages'] != 1 else ''}: "
+            f"{row['shared'] / 1024:.0f} KiB, "
+            f"{row['registers']} registers, {row['spill_stores']} B spilled, "
+            f"{row['instruction']}{fits}")
+
+
 def _case_dict(case: Case) -> dict:
     out = asdict(case)
     out.update(out.pop("config"))

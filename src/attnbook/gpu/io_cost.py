@@ -30,6 +30,7 @@ class GPU:
         return self.flops_per_s / self.hbm_bytes_per_s
 
 
+T4 = GPU("T4", 320e9, 65e12, 40, 64 * 1024)  # Colab's free GPU; its memory is GDDR6, not HBM
 A100 = GPU("A100 SXM4 80GB", 2.039e12, 312e12, 108, 164 * 1024)
 H100 = GPU("H100 SXM5", 3.35e12, 989e12, 132, 228 * 1024)
 
