@@ -258,6 +258,20 @@ def test_float16_decoding_with_groups():
 
 
 @in_process
+def test_many_query_heads_per_key_head_and_empty_inputs():
+    """G = 20 query heads per key/value head (a tile of 32 rows); no keys; no queries."""
+    q = torch.randn(1, 20, 1, 16, dtype=torch.float64)
+    k, v = (torch.randn(1, 1, 33, 16, dtype=torch.float64) for _ in range(2))
+    got = flash_decoding(q, k, v, n_split=2, block_n=16)
+    torch.testing.assert_close(got, reference(q, k, v, causal=False), atol=1e-12, rtol=1e-12)
+    no_keys = flash_attention(q, k[:, :, :0], v[:, :, :0], block_m=16, block_n=16)
+    assert no_keys.shape == q.shape and (no_keys == 0).all()  # every row is empty
+    assert (flash_decoding(q, k[:, :, :0], v[:, :, :0]) == 0).all()
+    none = flash_attention(q[:, :, :0], k, v, block_m=16, block_n=16)
+    assert none.shape == (1, 20, 0, 16)
+
+
+@in_process
 def test_bfloat16_is_refused_in_the_interpreter():
     q = torch.randn(1, 20, 16, dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match="bfloat16 cannot run in Triton's interpreter"):

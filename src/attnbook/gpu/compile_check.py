@@ -147,7 +147,6 @@ def compile_case(case: Case) -> Result:
     """Compile one case for its architecture and read shared memory, registers and spills."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
     from triton.compiler import ASTSource
 
     fn, signature, const, attrs = _signature(case)
@@ -161,9 +160,14 @@ def compile_case(case: Case) -> Result:
         with open(src, "w") as f:
             f.write(ptx)
         arch = f"sm_{case.arch}a" if case.arch >= 90 else f"sm_{case.arch}"
-        log = subprocess.run([get_ptxas(case.arch).path, "-v", "--regAllocOptLevel=2",
-                              f"--gpu-name={arch}", src, "-o", os.path.join(tmp, "k.o")],
-                             capture_output=True, text=True, check=True).stderr
+        cmd = [_ptxas(case.arch), "-v", f"--gpu-name={arch}", src, "-o",
+               os.path.join(tmp, "k.o")]
+        # Triton 3.9 assembles with --regAllocOptLevel=2; an older ptxas may not know it.
+        out = subprocess.run(cmd[:2] + ["--regAllocOptLevel=2"] + cmd[2:], capture_output=True,
+                             text=True)
+        if out.returncode:
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True)
+        log = out.stderr
     registers = int(re.search(r"Used (\d+) registers", log).group(1))
     spills = int(re.search(r"(\d+) bytes spill stores", log).group(1))
     if case.kernel == "decode merge":  # no tl.dot: a weighted sum of n_split rows
@@ -173,6 +177,18 @@ def compile_case(case: Case) -> Result:
             else "fma"
     return Result(case, compiled.metadata.shared, SHARED_LIMIT[case.arch], registers, spills,
                   kind)
+
+
+def _ptxas(arch: int) -> str:
+    """The ptxas that Triton itself uses for this architecture (shipped in its wheel)."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        return get_ptxas(arch).path
+    except ImportError:  # Triton before 3.4
+        from triton.backends.nvidia.compiler import _path_to_binary
+
+        return _path_to_binary("ptxas")[0]
 
 
 def compile_all(cases: list[Case] | None = None) -> list[Result]:
