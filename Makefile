@@ -11,9 +11,11 @@ NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg -
 ASSETS := _assets/third_party/versions.json
 # Another CPU's code paths on this one, for the second nbval run: ATen's portable kernels instead
 # of AVX2/AVX-512 ones (random draws, reductions and elementwise ops round differently), MKL's
-# conditional-numerical-reproducibility path (matmuls) and OpenBLAS's Haswell kernels (NumPy,
-# Triton's interpreter). tests/test_portability.py checks that each still changes results here.
-OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OPENBLAS_CORETYPE=Haswell
+# conditional-numerical-reproducibility path (matmuls), OpenBLAS's Haswell kernels (NumPy,
+# Triton's interpreter) and one thread instead of one per core (reductions split differently).
+# tests/test_portability.py checks that each still changes results here.
+OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OPENBLAS_CORETYPE=Haswell \
+	OMP_NUM_THREADS=1
 # Colab's package versions (requirements-colab.txt) in an environment of their own.
 COLAB_VENV  := $(VENV)/colab
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp

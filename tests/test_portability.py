@@ -30,18 +30,21 @@ x = torch.from_numpy(rng.standard_normal((64, 1000)).astype(np.float32))
 h = lambda arr: hashlib.md5(np.ascontiguousarray(arr).tobytes()).hexdigest()
 print(json.dumps({
     "capability": torch.backends.cpu.get_cpu_capability(),
+    "num_threads": torch.get_num_threads(),
     "aten": h(torch.softmax(x, -1).numpy())
             + h(torch.randn(4096, generator=torch.Generator().manual_seed(0)).numpy()),
     "mkl": h((torch.from_numpy(a) @ torch.from_numpy(b)).numpy()),
     "openblas": h(a @ b),
+    "threads": repr(torch.from_numpy(rng.standard_normal((4, 10**6 + 3)).astype(np.float32))
+                    .sum().item()),
 }))
 """
 
 
 def _other_cpu() -> dict[str, str]:
     text = (ROOT / "Makefile").read_text(encoding="utf-8")
-    line = re.search(r"^OTHER_CPU\s*:=\s*(.+)$", text, re.M).group(1)
-    return dict(item.split("=", 1) for item in line.split())
+    line = re.search(r"^OTHER_CPU\s*:=\s*((?:.*\\\n)*.*)$", text, re.M).group(1)
+    return dict(item.split("=", 1) for item in line.replace("\\\n", " ").split())
 
 
 def _probe(extra: dict[str, str]) -> dict:
@@ -53,16 +56,20 @@ def _probe(extra: dict[str, str]) -> dict:
 
 
 def test_other_cpu_names_the_three_libraries():
-    assert set(_other_cpu()) == {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "OPENBLAS_CORETYPE"}
+    assert set(_other_cpu()) == {"ATEN_CPU_CAPABILITY", "MKL_CBWR", "OPENBLAS_CORETYPE",
+                                 "OMP_NUM_THREADS"}
 
 
 @pytest.mark.parametrize("variable, changes", [
-    ("ATEN_CPU_CAPABILITY", "aten"), ("MKL_CBWR", "mkl"), ("OPENBLAS_CORETYPE", "openblas")])
+    ("ATEN_CPU_CAPABILITY", "aten"), ("MKL_CBWR", "mkl"), ("OPENBLAS_CORETYPE", "openblas"),
+    ("OMP_NUM_THREADS", "threads")])
 def test_each_variable_changes_results_here(variable, changes):
     native = _probe({})
     value = _other_cpu()[variable]
     if variable == "ATEN_CPU_CAPABILITY" and native["capability"] == "DEFAULT":
         pytest.skip("this CPU already runs ATen's portable kernels")
+    if variable == "OMP_NUM_THREADS" and native["num_threads"] == 1:
+        pytest.skip("this machine already runs one thread")
     other = _probe({variable: value})
     assert other[changes] != native[changes], (
         f"{variable}={value} no longer changes {changes}'s results on this machine: "
