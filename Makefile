@@ -7,7 +7,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 BOOK_STAMP := $(VENV)/.book-stamp
-NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout 300
+# Two labs at a time (pytest-xdist; each lab's cells stay together on one worker and kernel).
+NBVAL  := --nbval notebooks --nbval-sanitize-with notebooks/nbval_sanitize.cfg --nbval-cell-timeout 300 \
+	-n 2 --dist loadscope
 ASSETS := _assets/third_party/versions.json
 # Another CPU's code paths on this one, for the second nbval run: ATen's portable kernels instead
 # of AVX2/AVX-512 ones (random draws, reductions and elementwise ops round differently), MKL's
