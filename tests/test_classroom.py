@@ -229,3 +229,62 @@ def test_gradescope_zip_runs_with_its_own_environment(tmp_path):
                      "sm.check_softmax.__code__ = (lambda *a: sm.Feedback(True, 'ok')).__code__")
     points, tests = score(student, "cheat")
     assert points == 0 and "replaced" in tests["softmax"]
+
+
+def _load_tests(folder: Path) -> dict:
+    """The generated Otter test files of a folder, imported: name -> its test_case."""
+    found = {}
+    for path in sorted(folder.glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"otter_test_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found[path.stem] = getattr(module, f"test_{path.stem}")
+    return found
+
+
+def _fails(test, env) -> str:
+    try:
+        test.test_func(env)
+    except AssertionError as err:
+        return str(err)
+    return ""
+
+
+def test_otter_tests_judge_values_and_functions_and_refuse_a_replaced_checker(tmp_path):
+    """The zip's test files, called as Otter calls them (test_func(env)), without a kernel."""
+    import math
+
+    import torch
+
+    from attnbook.exercises import scaling, softmax
+
+    for lab in ("03_scaling", "06_softmax"):
+        nb = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
+        classroom.write_tests(lab, classroom.find_exercises(nb), tmp_path / lab, seed=3)
+    values = _load_tests(tmp_path / "03_scaling")["scaled_scores"]
+    q, k = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64)
+    right = q @ k.transpose(-2, -1) / math.sqrt(8)
+    assert _fails(values, {"answer": right, "q": q, "k": k}) == ""
+    assert "divided by d = 8" in _fails(values, {"answer": right * math.sqrt(8) / 8, "q": q,
+                                                 "k": k})
+    function = _load_tests(tmp_path / "06_softmax")["softmax"]
+
+    def softmax_rows(S):
+        e = (S - S.amax(-1, keepdim=True)).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    assert _fails(function, {"softmax_rows": softmax_rows}) == ""
+    assert "On a hidden input" in _fails(function, {"softmax_rows": lambda S: S.exp() / S.exp(
+    ).sum(-1, keepdim=True)})
+    assert "uses softmax" in _fails(function, {"softmax_rows": lambda S: S.softmax(-1)})
+    assert "not defined" in _fails(function, {})
+    for module, name, test, env in (
+            (scaling, "check_scaled_scores", values, {"answer": right, "q": q, "k": k}),
+            (softmax, "check_softmax", function, {"softmax_rows": softmax_rows})):
+        check = getattr(module, name)
+        original = check.__code__
+        check.__code__ = (lambda *a, **kw: None).__code__  # what a notebook could do
+        try:
+            assert "was replaced in the notebook" in _fails(test, env)
+        finally:
+            check.__code__ = original
