@@ -294,6 +294,7 @@ def test_out_of_order_work_is_explained(graded):
 @needs_kernel
 def test_the_kernel_is_sandboxed(tmp_path):
     """Scrubbed environment, its own home and folder, no network where Linux allows it."""
+    from grading import sandbox
     from grading.sandbox import Kernel, Limits, can_unshare_network
 
     os.environ["ATTNBOOK_SECRET_FOR_TEST"] = "do-not-leak"
@@ -314,6 +315,8 @@ def test_the_kernel_is_sandboxed(tmp_path):
                 assert "network: 101" in reply.stdout  # ENETUNREACH: no interface at all
             big = kernel.run("x = bytearray(3 * 2**30)", timeout=60)
             assert big.status == "error" and "MemoryError" in big.error
+            flood = kernel.run("for i in range(10**5):\n    print(i)", timeout=60)
+            assert flood.status == "ok" and len(flood.stdout) < 2 * sandbox.PRINTED_LIMIT
             loop = kernel.run("while True:\n    pass", timeout=3)
             assert loop.status == "timeout" and kernel.run("print(1)", 10).stdout == "1\n"
     finally:

@@ -28,6 +28,7 @@ from jupyter_client import KernelManager
 from jupyter_client.kernelspec import KernelSpec
 
 LAUNCHER = Path(__file__).resolve().parent / "kernel_launcher.py"
+PRINTED_LIMIT = 100_000  # characters of a cell's output kept for diagnostics
 
 
 @dataclass(frozen=True)
@@ -138,12 +139,16 @@ class Kernel:
         printed: list[str] = []
         error = [""]
 
+        def keep(text: str) -> None:  # a cell that prints for ever must not fill our memory
+            if sum(map(len, printed)) < PRINTED_LIMIT:
+                printed.append(text[:PRINTED_LIMIT])
+
         def hook(msg):
             kind, content = msg["msg_type"], msg["content"]
             if kind == "stream":
-                printed.append(content["text"])
+                keep(content["text"])
             elif kind in ("execute_result", "display_data"):
-                printed.append(content["data"].get("text/plain", ""))
+                keep(content["data"].get("text/plain", ""))
             elif kind == "error":
                 error[0] = f"{content['ename']}: {content['evalue']}".strip()
 
