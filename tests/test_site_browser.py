@@ -6,8 +6,13 @@ request leaves for another host (they are blocked and recorded), no uncaught pag
 typeset every formula (and none failed), every image loaded, every widget shows its controls and
 figure, and each lab links to itself in Colab. Widgets made by attnbook.static_widgets move without
 a kernel: each of their controls is changed, and the view shown must change and be the stored
-view for the new values. Screenshots go to _build/screenshots/, with a
-summary.json of what was checked. `make test` builds the site first, then runs this file.
+view for the new values; every control is moved from the keyboard alone (Tab-reachable, arrows
+or Space). Every image, widget figures included, must have alternative text. Every page is also
+audited for accessibility with axe-core (vendored
+from npm by scripts/vendor_assets.py, injected from disk, so nothing is fetched): no critical or
+serious violation may remain unless :data:`AXE_ALLOWED` lists it with the reason it cannot be
+fixed. Screenshots go to _build/screenshots/, with a summary.json of what was checked and an
+axe.json of every violation per page. `make test` builds the site first, then runs this file.
 
 Set ATTNBOOK_SITE_DIR to check a build elsewhere (e.g. one made with --path-output).
 """
@@ -32,6 +37,14 @@ SHOTS = SITE.parent / "screenshots"
 CHROMIUM = os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium")
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+AXE = Path(os.environ.get("ATTNBOOK_AXE",
+                          ROOT / "_assets" / "third_party" / "axe-core" / "axe.min.js"))
+# Impacts that fail the audit (WCAG 2.1 AA is the bar for course material).
+AXE_FAILING = ("critical", "serious")
+# Violations that stay, each with why it cannot be fixed here: rule id, a regular expression
+# matched against the CSS selector of the offending element, and the reason. An entry that no
+# page needs any more fails test_axe_allowances_are_all_needed, so the list cannot go stale.
+AXE_ALLOWED: list[dict] = []
 
 
 def toc_pages() -> list[str]:
@@ -176,6 +189,35 @@ PAGES = toc_pages()
 SUMMARY: dict = {"pages": 0, "requests": 0, "resources": 0, "blocked": [], "page_errors": 0,
                  "bad_responses": 0, "math_pages": 0, "formulas": 0, "images": 0, "widgets": 0,
                  "colab_links": 0, "per_page": {}}
+AXE_RESULTS: dict = {}  # page -> violations (written to axe.json)
+AXE_VERSION: list[str] = []
+AXE_ALLOWED_USED: set[int] = set()
+
+
+def axe_counts(violations: list[dict]) -> dict:
+    """Violated rules and offending elements per impact, as the closing notes quote them."""
+    out = {"rules": len(violations), "nodes": sum(len(v["nodes"]) for v in violations)}
+    for impact in ("critical", "serious", "moderate", "minor"):
+        out[impact] = sum(len(v["nodes"]) for v in violations if v["impact"] == impact)
+    return out
+
+
+def axe_failures(violations: list[dict], page: str) -> list[str]:
+    """The critical and serious violations that AXE_ALLOWED does not excuse, one line each."""
+    failures = []
+    for v in violations:
+        if v["impact"] not in AXE_FAILING:
+            continue
+        for node in v["nodes"]:
+            target = " ".join(node["target"])
+            excused = [k for k, a in enumerate(AXE_ALLOWED)
+                       if a["rule"] == v["id"] and re.search(a["target"], target)]
+            if excused:
+                AXE_ALLOWED_USED.update(excused)
+                continue
+            failures.append(f"{v['impact']} {v['id']} ({v['help']}) at {target}: "
+                            f"{node['html'][:160]} -- {node['summary'][:200]}")
+    return failures
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -214,6 +256,11 @@ def browser(server):
         yield browser
         browser.close()
     (SHOTS / "summary.json").write_text(json.dumps(SUMMARY, indent=2) + "\n")
+    if AXE_RESULTS:
+        counts = {page: axe_counts(found) for page, found in AXE_RESULTS.items()}
+        (SHOTS / "axe.json").write_text(json.dumps(
+            {"axe_version": AXE_VERSION[0] if AXE_VERSION else None, "counts": counts,
+             "violations": AXE_RESULTS}, indent=2) + "\n")
 
 
 # Fast checks of the configuration (the unit step runs these; no browser needed).
@@ -248,6 +295,44 @@ def test_npm_packages_are_pinned():
     for name, version in package["dependencies"].items():
         assert re.fullmatch(r"\d+\.\d+\.\d+", version), f"{name} is not pinned: {version}"
         assert lock["packages"][f"node_modules/{name}"]["version"] == version
+
+
+def test_book_figures_have_alt_text():
+    """Every figure a book page shows says what it shows (the browser check sees only the
+    attribute; this one sees that the text is a description, not a stub)."""
+    missing = []
+    for path in sorted((ROOT / "book").glob("*.md")):
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"^(`{3,}|:{3,})\{(figure|image)\}\s*(\S+)\n(.*?)^\1",
+                                 text, re.S | re.M):
+            alt = re.search(r"^:alt:\s*(.*)$", match.group(4), re.M)
+            if not alt or len(alt.group(1).split()) < 6:
+                missing.append(f"{path.name}: {match.group(3)}")
+    assert not missing, f"figures without a descriptive :alt: (six words or more): {missing}"
+
+
+def test_theme_markup_is_repaired():
+    """_ext/attnbook_a11y.py names the theme's unnamed controls, idempotently."""
+    import sys
+    sys.path.insert(0, str(ROOT / "_ext"))
+    from attnbook_a11y import fix_html
+
+    page = ('<li class="toctree-l1 has-children"><a class="reference internal" href="a.html">'
+            'Scores &amp; masks</a><details><summary><span class="toctree-toggle" '
+            'role="presentation"></span></summary>'
+            '<a class="current reference internal" href="#">Lab 2</a><details open="open">'
+            '<summary><span class="toctree-toggle" role="presentation"></span></summary>'
+            '<button class="btn search-button-field search-button__button pst-js-only" '
+            'title="Search" aria-label="Search" data-x="1">'
+            '<summary aria-label="Toggle hidden content"><p>Show code cell source</p>'
+            '<div class="citation" id="id3" role="doc-biblioentry">')
+    fixed = fix_html(page)
+    assert '<summary aria-label="Sections of Scores &amp; masks">' in fixed
+    assert '<details open="open"><summary aria-label="Sections of Lab 2">' in fixed
+    assert 'aria-label="Search"' not in fixed and 'title="Search"' in fixed
+    assert "Toggle hidden content" not in fixed
+    assert 'role="listitem"' in fixed and "doc-biblioentry" not in fixed
+    assert fix_html(fixed) == fixed
 
 
 @pytest.mark.browser
@@ -307,7 +392,8 @@ _INSPECT = r"""() => {
         .map(e => e.textContent).filter(t => t.startsWith("\\")),
     mathjaxLoaded: !!(window.MathJax && window.MathJax.version),
     images: [...document.images].map(img => ({src: img.currentSrc || img.src,
-                                              ok: img.complete && img.naturalWidth > 0})),
+                                              ok: img.complete && img.naturalWidth > 0,
+                                              alt: img.getAttribute("alt")})),
     colab: [...document.querySelectorAll('a[href^="https://colab.research.google.com/"]')]
         .map(a => a.href),
   };
@@ -371,6 +457,9 @@ _STATIC_SHOWN = r"""(args) => {
   return shown;
 }"""
 
+# Marks the element of control k that the keyboard will operate (data-attnbook-key): the
+# <select> of a drop-down, the button to press of toggle buttons, the handle of a slider. Every
+# control must be reachable with Tab (a tabIndex of 0 or more).
 _STATIC_SET = """(args) => {
   const [modelId, k, index] = args;
   const views = document.querySelectorAll(
@@ -379,21 +468,49 @@ _STATIC_SET = """(args) => {
   const output = script.closest(".cell_output") || script.parentElement;
   const box = output.querySelector(".attnbook-static-interact");
   const control = box.children[k];
+  document.querySelectorAll("[data-attnbook-key]").forEach(
+      e => e.removeAttribute("data-attnbook-key"));
+  const mark = (el, how) => {
+    if (el.tabIndex < 0 || el.disabled) return "unreachable: " + how;
+    el.setAttribute("data-attnbook-key", "1");
+    return how;
+  };
   const select = control.querySelector("select");
-  if (select) {
-    select.selectedIndex = index;
-    select.dispatchEvent(new Event("change", {bubbles: true}));
-    return "select";
-  }
+  if (select) return mark(select, "select");
   const buttons = control.querySelectorAll("button");
-  if (buttons.length) { buttons[index].click(); return "buttons"; }
-  document.querySelectorAll("[data-attnbook-handle]").forEach(
-      e => e.removeAttribute("data-attnbook-handle"));
+  if (buttons.length) return mark(buttons[index], "buttons");
   const handle = control.querySelector(".noUi-handle");
   if (!handle) return "unknown: " + control.className;
-  handle.setAttribute("data-attnbook-handle", "1");
-  return "slider";
+  return mark(handle, "slider");
 }"""
+
+
+# axe-core on the whole page as it is drawn (widgets rendered, math typeset), all its rules
+# except the experimental ones; only what the report needs comes back.
+_AXE_RUN = """async () => {
+  const result = await axe.run(document, {resultTypes: ["violations"]});
+  return {
+    version: axe.version,
+    violations: result.violations.map(v => ({
+      id: v.id, impact: v.impact, help: v.help,
+      nodes: v.nodes.map(n => ({
+        target: n.target.map(t => Array.isArray(t) ? t.join(" >> ") : String(t)),
+        html: n.html, summary: n.failureSummary || "",
+      })),
+    })),
+  };
+}"""
+
+
+def run_axe(page) -> list[dict]:
+    """axe-core's violations on the page, injected from the vendored copy (no request)."""
+    if not AXE.exists():
+        pytest.fail(f"{AXE} is missing: run `make assets` (npm ci + scripts/vendor_assets.py)")
+    page.add_script_tag(content=AXE.read_text(encoding="utf-8"))
+    result = page.evaluate(_AXE_RUN)
+    if not AXE_VERSION:
+        AXE_VERSION.append(result["version"])
+    return result["violations"]
 
 
 def _move_static_widgets(page, widgets: list[dict]) -> list[dict]:
@@ -413,13 +530,18 @@ def _move_static_widgets(page, widgets: list[dict]) -> list[dict]:
                 continue
             index = targets[0]
             how = page.evaluate(_STATIC_SET, [widget["model_id"], k, index])
-            assert not how.startswith("unknown"), f"cannot move control {k}: {how}"
-            if how == "slider":  # noUiSlider: keyboard on its handle
-                handle = page.locator("[data-attnbook-handle]")
-                handle.focus()
-                key = "ArrowRight" if index > current[k] else "ArrowLeft"
+            assert how in ("select", "buttons", "slider"), f"cannot move control {k}: {how}"
+            # From the keyboard only: arrows on a slider's handle or a drop-down, Space on a
+            # toggle button.
+            element = page.locator("[data-attnbook-key]")
+            element.focus()
+            if how == "buttons":
+                element.press("Space")
+            else:
+                forward = "ArrowRight" if how == "slider" else "ArrowDown"
+                backward = "ArrowLeft" if how == "slider" else "ArrowUp"
                 for _ in range(abs(index - current[k])):
-                    handle.press(key)
+                    element.press(forward if index > current[k] else backward)
             current = (*current[:k], index, *current[k + 1:])
             want = widget["views"][current]
             try:
@@ -475,6 +597,11 @@ def test_page_in_browser(page_path, server, browser):
         page.evaluate(_SETTLE)
         info = page.evaluate(_INSPECT)
         widget_info = [(w, page.evaluate(_WIDGET, w["model_id"])) for w in widgets]
+        # Two frames: the site's accessibility script names what the widgets drew.
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => "
+                      "requestAnimationFrame(r)))")
+        info = page.evaluate(_INSPECT)
+        violations = run_axe(page)
         statics = static_widgets(html)
         moves = _move_static_widgets(page, statics)
         shot = SHOTS / (page_path.replace("/", "__") + ".png")
@@ -495,7 +622,9 @@ def test_page_in_browser(page_path, server, browser):
     SUMMARY["widgets"] += len(widgets)
     SUMMARY["per_page"][page_path] = {
         "requests": len(requests), "blocked": len(blocked), "errors": len(errors),
-        "formulas": info["math"], "images": len(info["images"]), "widgets": len(widgets)}
+        "formulas": info["math"], "images": len(info["images"]), "widgets": len(widgets),
+        "axe": axe_counts(violations)}
+    AXE_RESULTS[page_path] = violations
 
     assert not blocked, f"requests to other hosts: {blocked}"
     assert not bad and not failed, f"resources that did not answer 200: {bad + failed}"
@@ -515,6 +644,11 @@ def test_page_in_browser(page_path, server, browser):
 
     broken = [i["src"] for i in info["images"] if not i["ok"]]
     assert not broken, f"images that did not load: {broken}"
+    # Alternative text that says something: not missing, not empty, not a file name.
+    unnamed = [(i["src"][:60], i["alt"]) for i in info["images"]
+               if not (i["alt"] or "").strip()
+               or re.search(r"(\.(png|svg|jpe?g|gif)|_images/\S*)$", i["alt"].strip())]
+    assert not unnamed, f"images without alternative text: {unnamed}"
 
     for expected, got in widget_info:
         assert expected["in_state"], f"widget {expected['model_id']} has no saved state"
@@ -550,3 +684,18 @@ def test_page_in_browser(page_path, server, browser):
         want = colab_url_for(page_path)
         assert want in info["colab"], f"no Colab link to {want}; found {info['colab']}"
         SUMMARY["colab_links"] += 1
+
+    # Accessibility: no critical or serious axe-core violation that AXE_ALLOWED does not excuse.
+    failures = axe_failures(violations, page_path)
+    assert not failures, (f"{len(failures)} critical/serious accessibility violations "
+                          "(axe-core; details in _build/screenshots/axe.json):\n"
+                          + "\n".join(failures[:20]))
+
+
+@pytest.mark.browser
+def test_axe_allowances_are_all_needed():
+    """Runs after every page: each excused violation still occurs somewhere (or is removed)."""
+    if len(AXE_RESULTS) < len(PAGES):
+        pytest.skip("not every page was audited in this run")
+    unused = [a for k, a in enumerate(AXE_ALLOWED) if k not in AXE_ALLOWED_USED]
+    assert not unused, f"AXE_ALLOWED entries no page needs any more: {unused}"

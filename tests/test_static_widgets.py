@@ -70,6 +70,33 @@ def test_nested_stacks_and_links(monkeypatch):
     assert isinstance(leaf, widgets.Output)
 
 
+def test_views_say_what_they_show_and_controls_are_labelled(monkeypatch):
+    """Each view's tooltip (the site copies it into the figure's alt text) names the values it
+    was drawn for, or follows the lab's ``alt``; every control has a visible label."""
+    monkeypatch.setenv("ATTNBOOK_STATIC_WIDGETS", "1")
+
+    def show_step(step, mask):
+        pass
+
+    box = sw.static_interact(show_step, display=False, step=[1, 30],
+                             mask=widgets.Checkbox(value=True))
+    assert [c.description for c in box.children[:-1]] == ["step", "mask"]
+    root = box.children[-1]
+    tips = [root.children[i].children[j].tooltip for i in range(2) for j in range(2)]
+    assert tips == ["Show step, for step = 1, mask = off", "Show step, for step = 1, mask = on",
+                    "Show step, for step = 30, mask = off", "Show step, for step = 30, mask = on"]
+    # A description the lab gave is kept; a template or a function replaces the default text.
+    named = sw.static_interact(show_step, display=False, alt="Weights after {step} steps",
+                               step=widgets.Dropdown(options=[1, 30], description="steps"),
+                               mask=[True])
+    assert named.children[0].description == "steps"
+    assert named.children[-1].children[1].children[0].tooltip == "Weights after 30 steps"
+    called = sw.static_interact(show_step, display=False, step=[1, 30], mask=[False],
+                                alt=lambda step, mask: f"{step}/{mask}")
+    assert called.children[-1].children[0].children[0].tooltip == "1/False"
+    assert sw.alt_text(lambda a: None, None, {"a": 0.5}) == "Figure, for a = 0.5"
+
+
 def test_too_many_views_and_modes(monkeypatch):
     with pytest.raises(ValueError, match="views"):
         sw.static_interact(lambda a, b: None, display=False, a=list(range(20)),
@@ -113,6 +140,8 @@ def test_views_are_stored_in_the_notebook(tmp_path):
     pngs = {o[1]["data"]["image/png"] for o in outputs}
     assert len(pngs) == 6  # every view its own figure (shown by the helper, not plt.show)
     assert sum(m["model_name"] == "LinkModel" for m in state.values()) == 1 + 3
+    tips = sorted(m["state"]["tooltip"] for m in state.values() if m["model_name"] == "OutputModel")
+    assert tips == [f"View, for n = {n}, on = {on}" for n in (1, 2, 3) for on in ("off", "on")]
     assert not nb.cells[0].outputs[0]["data"].get("image/png")  # no stray figure in the cell
 
 

@@ -63,9 +63,21 @@ def tile_grid(outdir: Path) -> Path:
                 continue  # a tile wholly in the future: skipped
             grid[i0 : i0 + b, j0 : j0 + b] = 1 if j0 < i0 else 2
     grid[np.triu_indices(T, 1)] = np.where(grid[np.triu_indices(T, 1)] == 2, 3, 0)
-    fig, ax = plt.subplots(figsize=(4.6, 4.4))
+    fig, ax = plt.subplots(figsize=(4.6, 5.2))
     cmap = matplotlib.colors.ListedColormap(["white", "tab:blue", "tab:green", "#cfe8cf"])
     ax.imshow(grid, cmap=cmap, vmin=0, vmax=3)
+    # Colour is not the only carrier: masked entries are hatched and every tile is named.
+    for i, j in zip(*np.nonzero(grid == 3)):
+        ax.add_patch(matplotlib.patches.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False,
+                                                  hatch="////", edgecolor="#4d4d4d", lw=0))
+    for i0 in range(0, T, b):
+        for j0 in range(0, T, b):
+            name, colour = (("skip", "black") if j0 > i0 else ("full", "white") if j0 < i0
+                            else ("diag", "white"))
+            y = i0 + (b - 1) / 2 + (1.0 if j0 == i0 else 0)
+            x = j0 + (b - 1) / 2 - (0.8 if j0 == i0 else 0)
+            ax.text(x, y, name, ha="center", va="center", color=colour, fontsize=8,
+                    fontweight="bold")
     for k in range(0, T + 1, b):
         ax.axhline(k - 0.5, color="black", lw=1)
         ax.axvline(k - 0.5, color="black", lw=1)
@@ -74,12 +86,14 @@ def tile_grid(outdir: Path) -> Path:
     ax.set_xlabel("key j")
     ax.set_ylabel("query i")
     ax.set_title("Tiles computed (T=16, block 4)", fontsize=10)
-    handles = [matplotlib.patches.Patch(color="tab:blue", label="full tile, no mask"),
-               matplotlib.patches.Patch(color="tab:green", label="diagonal tile, visible"),
-               matplotlib.patches.Patch(color="#cfe8cf", label="diagonal tile, masked"),
+    handles = [matplotlib.patches.Patch(color="tab:blue", label="full: tile with no mask"),
+               matplotlib.patches.Patch(color="tab:green", label="diag: diagonal tile, visible"),
+               matplotlib.patches.Patch(facecolor="#cfe8cf", edgecolor="#4d4d4d", hatch="////",
+                                        label="diagonal tile, masked"),
                matplotlib.patches.Patch(facecolor="white", edgecolor="black",
-                                        label="skipped: all future")]
-    ax.legend(handles=handles, fontsize=7, loc="upper right", bbox_to_anchor=(1.0, 1.0))
+                                        label="skip: all future, skipped")]
+    ax.legend(handles=handles, fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.13),
+              ncol=2, frameon=False)
     return save(fig, outdir, "online_tiles.png")
 
 

@@ -41,6 +41,12 @@ def _draw_blocked(ax, tokens, padding_mask: torch.Tensor, title: str) -> None:
     code[causal.numpy()] = 1
     cmap = ListedColormap(["#e8f0fa", "#4d4d4d", "#f4a261"])
     ax.imshow(code, cmap=cmap, vmin=0, vmax=2)
+    # Not by colour alone: padding keys are hatched, future keys crossed.
+    for i, j in zip(*np.nonzero(code == 2)):
+        ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="\\\\",
+                                   edgecolor="#7a3b0a", lw=0))
+    for i, j in zip(*np.nonzero(code == 1)):
+        ax.text(j, i, "×", ha="center", va="center", color="white", fontsize=9)
     for i in range(T):
         if (code[i] > 0).all():
             ax.text(T - 0.45, i, " empty row", va="center", ha="left", color="tab:red",
@@ -57,8 +63,12 @@ def blocked_figure(outdir: Path) -> Path:
     for ax, side in zip(axes, ["right", "left"]):
         tokens, pm = padded(side)
         _draw_blocked(ax, tokens, pm, f"{side} padding")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in ["#e8f0fa", "#4d4d4d", "#f4a261"]]
-    fig.legend(handles, ["may attend", "blocked: future (j > i)", "blocked: key is padding"],
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="#e8f0fa"),
+               plt.Rectangle((0, 0), 1, 1, facecolor="#4d4d4d"),
+               plt.Rectangle((0, 0), 1, 1, facecolor="#f4a261", edgecolor="#7a3b0a",
+                             hatch="\\\\")]
+    fig.legend(handles, ["may attend", "blocked (×): future (j > i)",
+                         "blocked (hatched): key is padding"],
                loc="lower center", ncol=3, frameon=False, fontsize=9)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     return save(fig, outdir, "pad_blocked.png")

@@ -14,6 +14,13 @@ With two controls the structure is::
     Stack_0.children[i] = Stack_1[i]           # selected_index <- control_0.index
     Stack_1[i].children[j] = Output(view(i, j)) # selected_index <- control_1.index (every i)
 
+Every stored view carries a description of what it shows, for readers who cannot see the figure:
+the view's ``tooltip`` (the ``title`` the browser shows on hover), which the site's script copies
+into the figure's alternative text. It comes from ``alt`` (a template or a function of the
+control values), else from the function's name and the values ("Show step, for step = 30").
+Controls without a description are labelled with their argument's name, so that every slider and
+drop-down has a visible label and an accessible name.
+
 Where ipywidgets has no ``Stack`` (before 8.0: the lab's setup cell installs attnbook with
 ``--no-deps`` in Colab, so Colab's own ipywidgets is used), or when ``ATTNBOOK_STATIC_WIDGETS=0``,
 the function falls back to a live ``ipywidgets.interactive`` with the same discrete controls.
@@ -126,12 +133,27 @@ def as_selection(control, points: int = 7) -> widgets.Widget:
                                    continuous_update=True)
 
 
-def _render(fn: Callable, kwargs: dict, dpi: float | None) -> widgets.Output:
-    """One view: whatever ``fn(**kwargs)`` prints or shows, captured in an Output widget."""
+def alt_text(fn: Callable, alt, kwargs: dict, labels: dict | None = None) -> str:
+    """What one view shows, in words: ``alt`` formatted with (or called on) the control values,
+    else the function's name and the values (``labels`` gives how each value is shown)."""
+    if callable(alt):
+        return str(alt(**kwargs))
+    if isinstance(alt, str):
+        return alt.format(**kwargs)
+    labels = labels or {}
+    name = getattr(fn, "__name__", "")
+    title = name.replace("_", " ").strip().capitalize() if name.isidentifier() else "Figure"
+    values = ", ".join(f"{key} = {labels.get(key, _label(value))}" for key, value in kwargs.items())
+    return f"{title}, for {values}" if values else title
+
+
+def _render(fn: Callable, kwargs: dict, dpi: float | None, alt: str = "") -> widgets.Output:
+    """One view: whatever ``fn(**kwargs)`` prints or shows, captured in an Output widget whose
+    tooltip says what it shows."""
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    out = widgets.Output()
+    out = widgets.Output(tooltip=alt or None)
     context = plt.rc_context({"figure.dpi": dpi}) if dpi else _nullcontext()
     with out, context:
         fn(**kwargs)
@@ -160,7 +182,8 @@ def _mode() -> str:
 
 
 def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = None,
-                    display: bool = True, **controls) -> widgets.Widget | None:
+                    display: bool = True, alt: str | Callable | None = None,
+                    **controls) -> widgets.Widget | None:
     """Like ``ipywidgets.interact(fn, **controls)``, but every view is computed now.
 
     Args:
@@ -168,6 +191,9 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         points: grid points for each continuous slider.
         dpi: the figures' resolution in the stored views (smaller pages); None keeps the lab's.
         display: show the widget (as ``interact`` does); False only returns it.
+        alt: what each view shows, for its alternative text: a template such as
+            ``"Weights after {step} steps"`` or a function of the control values; by default
+            the function's name and the values.
         **controls: one per argument of ``fn``: an ipywidgets control or a list of values.
 
     Returns:
@@ -181,6 +207,9 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
 
     names = list(controls)
     selections = [as_selection(controls[n], points) for n in names]
+    for name, selection in zip(names, selections):
+        if not selection.description:  # every control gets a visible label and a name
+            selection.description = name
     sizes = [len(s.options) for s in selections]
     total = math.prod(sizes)
     if total > MAX_VIEWS:
@@ -191,17 +220,22 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         return None
     if mode == "live":
         box = widgets.interactive(fn, **dict(zip(names, selections)))
+        if int(widgets.__version__.split(".")[0]) < 8:
+            # ipywidgets 7 (Colab's) draws nothing until a control moves; 8 draws at once.
+            box.update()
         if display:
             show(box)
         return box
 
     values = [list(_values(s)) for s in selections]
+    shown = [list(s._options_labels) for s in selections]
     levels: list[list] = [[] for _ in names]
 
     def build(level: int, chosen: tuple) -> widgets.Widget:
         if level == len(names):
             kwargs = {n: values[i][chosen[i]] for i, n in enumerate(names)}
-            return _render(fn, kwargs, dpi)
+            labels = {n: shown[i][chosen[i]] for i, n in enumerate(names)}
+            return _render(fn, kwargs, dpi, alt_text(fn, alt, kwargs, labels))
         stack = widgets.Stack([build(level + 1, (*chosen, i)) for i in range(sizes[level])],
                               selected_index=selections[level].index)
         stack.add_class(VIEWS_CLASS)
