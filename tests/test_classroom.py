@@ -227,8 +227,9 @@ def test_gradescope_zip_runs_with_its_own_environment(tmp_path):
     setup = next(c for c in student.cells if c.cell_type == "code")
     setup.source += ("\nimport attnbook.exercises.softmax as sm\n"
                      "sm.check_softmax.__code__ = (lambda *a: sm.Feedback(True, 'ok')).__code__")
+    student.metadata["kernelspec"]["name"] = "attn-course"  # a named local kernel, too
     points, tests = score(student, "cheat")
-    assert points == 0 and "replaced" in tests["softmax"]
+    assert points == 0 and "replaced" in tests["softmax"]  # graded, with python3
 
 
 def _load_tests(folder: Path) -> dict:
