@@ -71,30 +71,29 @@ def test_nested_stacks_and_links(monkeypatch):
 
 
 def test_views_say_what_they_show_and_controls_are_labelled(monkeypatch):
-    """Each view's tooltip (the site copies it into the figure's alt text) names the values it
-    was drawn for, or follows the lab's ``alt``; every control has a visible label."""
+    """With ``alt``, each view's tooltip (the site copies it into the figure's alt text) says
+    what that view shows; without, none is stored. Every control has a visible label."""
     monkeypatch.setenv("ATTNBOOK_STATIC_WIDGETS", "1")
 
     def show_step(step, mask):
         pass
 
-    box = sw.static_interact(show_step, display=False, step=[1, 30],
-                             mask=widgets.Checkbox(value=True))
+    box = sw.static_interact(show_step, display=False,
+                             alt="Weights after {step} steps, mask {mask}",
+                             step=[1, 30], mask=widgets.Checkbox(value=True))
     assert [c.description for c in box.children[:-1]] == ["step", "mask"]
     root = box.children[-1]
     tips = [root.children[i].children[j].tooltip for i in range(2) for j in range(2)]
-    assert tips == ["Show step, for step = 1, mask = off", "Show step, for step = 1, mask = on",
-                    "Show step, for step = 30, mask = off", "Show step, for step = 30, mask = on"]
-    # A description the lab gave is kept; a template or a function replaces the default text.
-    named = sw.static_interact(show_step, display=False, alt="Weights after {step} steps",
+    assert tips == ["Weights after 1 steps, mask False", "Weights after 1 steps, mask True",
+                    "Weights after 30 steps, mask False", "Weights after 30 steps, mask True"]
+    # A description the lab gave is kept; a function works like a template.
+    named = sw.static_interact(show_step, display=False, mask=[True],
                                step=widgets.Dropdown(options=[1, 30], description="steps"),
-                               mask=[True])
-    assert named.children[0].description == "steps"
-    assert named.children[-1].children[1].children[0].tooltip == "Weights after 30 steps"
-    called = sw.static_interact(show_step, display=False, step=[1, 30], mask=[False],
-                                alt=lambda step, mask: f"{step}/{mask}")
-    assert called.children[-1].children[0].children[0].tooltip == "1/False"
-    assert sw.alt_text(lambda a: None, None, {"a": 0.5}) == "Figure, for a = 0.5"
+                               alt=lambda step, mask: f"{step}/{mask}")
+    assert [c.description for c in named.children[:-1]] == ["mask", "steps"]
+    assert named.children[-1].children[0].children[1].tooltip == "30/True"
+    plain = sw.static_interact(show_step, display=False, step=[1, 30], mask=[False])
+    assert plain.children[-1].children[0].children[0].tooltip is None
 
 
 def test_too_many_views_and_modes(monkeypatch):
@@ -130,7 +129,8 @@ def test_views_are_stored_in_the_notebook(tmp_path):
         "    plt.figure(figsize=(2, 1))\n"
         "    plt.plot(range(n + 1))\n"
         "    plt.title(str(on))\n"
-        "static_interact(view, dpi=40, n=widgets.IntSlider(1, 1, 3),\n"
+        "static_interact(view, dpi=40, alt='A line to {n}, titled {on}',\n"
+        "                n=widgets.IntSlider(1, 1, 3),\n"
         "                on=widgets.Checkbox(value=True))\n")]
     NotebookClient(nb, timeout=120, kernel_name="python3", store_widget_state=True).execute()
     state = nb.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
@@ -141,7 +141,7 @@ def test_views_are_stored_in_the_notebook(tmp_path):
     assert len(pngs) == 6  # every view its own figure (shown by the helper, not plt.show)
     assert sum(m["model_name"] == "LinkModel" for m in state.values()) == 1 + 3
     tips = sorted(m["state"]["tooltip"] for m in state.values() if m["model_name"] == "OutputModel")
-    assert tips == [f"View, for n = {n}, on = {on}" for n in (1, 2, 3) for on in ("off", "on")]
+    assert tips == [f"A line to {n}, titled {on}" for n in (1, 2, 3) for on in (False, True)]
     assert not nb.cells[0].outputs[0]["data"].get("image/png")  # no stray figure in the cell
 
 

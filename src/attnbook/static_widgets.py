@@ -14,12 +14,12 @@ With two controls the structure is::
     Stack_0.children[i] = Stack_1[i]           # selected_index <- control_0.index
     Stack_1[i].children[j] = Output(view(i, j)) # selected_index <- control_1.index (every i)
 
-Every stored view carries a description of what it shows, for readers who cannot see the figure:
-the view's ``tooltip`` (the ``title`` the browser shows on hover), which the site's script copies
-into the figure's alternative text. It comes from ``alt`` (a template or a function of the
-control values), else from the function's name and the values ("Show step, for step = 30").
-Controls without a description are labelled with their argument's name, so that every slider and
-drop-down has a visible label and an accessible name.
+A lab says what each view shows with ``alt`` (a template such as ``"Weights after {step}
+steps"``, or a function of the control values): every view stores its text as its ``tooltip``
+(the ``title`` the browser shows on hover), which the site's script copies into the figure's
+alternative text. Without ``alt`` the site names a figure by its controls' labels and values
+("query = 2: sat, divide by = √d"). Controls without a description are labelled with their
+argument's name, so that every slider and drop-down has a visible label and an accessible name.
 
 Where ipywidgets has no ``Stack`` (before 8.0: the lab's setup cell installs attnbook with
 ``--no-deps`` in Colab, so Colab's own ipywidgets is used), or when ``ATTNBOOK_STATIC_WIDGETS=0``,
@@ -133,18 +133,14 @@ def as_selection(control, points: int = 7) -> widgets.Widget:
                                    continuous_update=True)
 
 
-def alt_text(fn: Callable, alt, kwargs: dict, labels: dict | None = None) -> str:
-    """What one view shows, in words: ``alt`` formatted with (or called on) the control values,
-    else the function's name and the values (``labels`` gives how each value is shown)."""
+def alt_text(alt, kwargs: dict) -> str:
+    """What one view shows, in words: ``alt`` formatted with (or called on) the control values;
+    empty without ``alt`` (the site then names the figure by its controls)."""
     if callable(alt):
         return str(alt(**kwargs))
     if isinstance(alt, str):
         return alt.format(**kwargs)
-    labels = labels or {}
-    name = getattr(fn, "__name__", "")
-    title = name.replace("_", " ").strip().capitalize() if name.isidentifier() else "Figure"
-    values = ", ".join(f"{key} = {labels.get(key, _label(value))}" for key, value in kwargs.items())
-    return f"{title}, for {values}" if values else title
+    return ""
 
 
 def _render(fn: Callable, kwargs: dict, dpi: float | None, alt: str = "") -> widgets.Output:
@@ -192,8 +188,8 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         dpi: the figures' resolution in the stored views (smaller pages); None keeps the lab's.
         display: show the widget (as ``interact`` does); False only returns it.
         alt: what each view shows, for its alternative text: a template such as
-            ``"Weights after {step} steps"`` or a function of the control values; by default
-            the function's name and the values.
+            ``"Weights after {step} steps"`` or a function of the control values. Without
+            it the site describes a figure by its controls' labels and values.
         **controls: one per argument of ``fn``: an ipywidgets control or a list of values.
 
     Returns:
@@ -228,14 +224,12 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         return box
 
     values = [list(_values(s)) for s in selections]
-    shown = [list(s._options_labels) for s in selections]
     levels: list[list] = [[] for _ in names]
 
     def build(level: int, chosen: tuple) -> widgets.Widget:
         if level == len(names):
             kwargs = {n: values[i][chosen[i]] for i, n in enumerate(names)}
-            labels = {n: shown[i][chosen[i]] for i, n in enumerate(names)}
-            return _render(fn, kwargs, dpi, alt_text(fn, alt, kwargs, labels))
+            return _render(fn, kwargs, dpi, alt_text(alt, kwargs))
         stack = widgets.Stack([build(level + 1, (*chosen, i)) for i in range(sizes[level])],
                               selected_index=selections[level].index)
         stack.add_class(VIEWS_CLASS)
