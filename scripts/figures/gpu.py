@@ -42,19 +42,22 @@ def roofline(outdir: Path) -> Path:
 
 
 def _tiles(ax, T, b, causal=True):
-    """Draw the (query block, key block) tiles: full, diagonal (masked part pale), skipped."""
+    """Draw the (query block, key block) tiles: full, diagonal (masked part pale and hatched),
+    skipped (white, marked "skip"), so that colour is not the only cue."""
     n = T // b
     for I in range(n):
         for J in range(n):
             if causal and J > I:
                 colour = "white"
+                ax.text(J * b + b / 2, I * b + b / 2, "skip", ha="center", va="center",
+                        fontsize=7, color="dimgrey")
             else:
                 colour = GREEN if J == I else BLUE
             ax.add_patch(Rectangle((J * b, I * b), b, b, fc=colour, ec="grey", lw=0.8))
             if J == I:
                 for i in range(b):
                     ax.add_patch(Rectangle((J * b + i + 1, I * b + i), b - i - 1, 1, fc=PALE,
-                                           ec="none"))
+                                           ec="#4d4d4d", hatch="////", lw=0))
     ax.set_xlim(0, T)
     ax.set_ylim(T, 0)
     ax.set_aspect("equal")

@@ -48,7 +48,7 @@ def ring_layouts(outdir: Path, world: int = 4, T: int = 64) -> Path:
     """The causal score matrix coloured by the rank that computes each row, for both layouts."""
     c = T // (2 * world)
     fig, axes = plt.subplots(1, 3, figsize=(9.6, 3.2),
-                             gridspec_kw={"width_ratios": [1, 1, 1.1], "wspace": 0.35})
+                             gridspec_kw={"width_ratios": [1, 1, 1.1], "wspace": 0.5})
     for ax, layout in zip(axes[:2], ("contiguous", "zigzag")):
         owner = np.zeros(T, dtype=int)
         for r in range(world):
@@ -60,6 +60,10 @@ def ring_layouts(outdir: Path, world: int = 4, T: int = 64) -> Path:
         ax.imshow(img, interpolation="nearest")
         for k in range(0, T + 1, c):
             ax.axhline(k - 0.5, color="white", lw=0.5)
+        # Each chunk names its rank too, so that the layout does not rest on colour alone.
+        for k in range(0, T, c):
+            ax.text(T + 0.5, k + (c - 1) / 2, f"r{owner[k]}", fontsize=7, va="center",
+                    ha="left")
         ax.set_title(f"{layout}: rank of each query row", fontsize=9)
         ax.set_xlabel("key j")
         ax.set_ylabel("query i")
