@@ -35,6 +35,7 @@ NOT_TERMS_CAPS = {
     # software and services the book names (they are tools, not concepts)
     "PyTorch", "NumPy", "Colab", "GitHub", "MathJax", "JupyterLab", "Jupyter", "LaTeX",
     "nbval", "ipywidgets", "OpenAI", "NVIDIA", "AdamW", "LLMs", "LLM", "API", "APIs", "JIT",
+    "CUTLASS",
     "BY", "CC", "MIT", "PDF", "HTML", "URL", "CI", "OK", "ASCII", "ID", "IDs",
     # hardware models and units
     "H100", "A100", "T4", "MiB", "KiB", "GiB", "GB", "TB", "MB", "KB", "TFLOP", "MFLOP", "GFLOP",
