@@ -170,8 +170,13 @@ def graded(tmp_path_factory):
     make_submissions.build(subs)
     # ATTNBOOK_GRADES_DIR keeps the run folder to read (e.g. for a pull request's note).
     out = Path(os.environ.get("ATTNBOOK_GRADES_DIR") or tmp_path_factory.mktemp("grades"))
-    folder = grade.grade(subs, out, LABS, jobs=2, seed=20261201,
-                         config_path=ROOT / "tests" / "submissions" / "points.toml", quiet=True)
+    from grading import sandbox
+
+    with pytest.MonkeyPatch.context() as patch:  # kai's loop ignores interrupts: wait less
+        patch.setattr(sandbox, "INTERRUPT_WAIT", 3.0)
+        patch.setattr(sandbox, "PROBE_WAIT", 2.0)
+        folder = grade.grade(subs, out, LABS, jobs=2, seed=20261201, quiet=True,
+                             config_path=ROOT / "tests" / "submissions" / "points.toml")
     with open(folder / "gradebook.csv", encoding="utf-8") as f:
         book = {r["student"]: r for r in csv.DictReader(f)}
     with open(folder / "exercises.csv", encoding="utf-8") as f:
@@ -192,7 +197,7 @@ def _flags(book, student):
 def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     folder, book, rows = graded
     assert sorted(book) == ["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli", "gus",
-                            "hana", "ivan"]
+                            "hana", "ivan", "kai"]
     header = list(next(iter(book.values())))
     assert header[:2] == ["student", "student_id"] and header[2:5] == LABS
     assert {"total", "possible", "review", "flags", "files"} <= set(header)
@@ -202,7 +207,7 @@ def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     assert len(rows) == len(book) * 9  # long form: every student x every exercise
     assert len(list((folder / "feedback").glob("*.md"))) == len(book)
     run = json.loads((folder / "run.json").read_text())
-    assert run["notebooks"] == 11 and run["seed"] == 20261201
+    assert run["notebooks"] == 12 and run["seed"] == 20261201
 
 
 @needs_kernel
@@ -278,6 +283,9 @@ def test_an_endless_loop_costs_only_its_exercise(graded):
     assert any(f.startswith("not-graded") for f in _flags(book, "gus"))  # notes.ipynb
     report = (graded[0] / "feedback" / "gus.md").read_text(encoding="utf-8")
     assert "notes.ipynb" in report and "not a lab of this course" in report
+    kai = _ex(rows, "kai", "07_weighted_sum")
+    assert (kai["outputs"][0], kai["hull_bound"][0], kai["permuted_outputs"][0]) == (1, 2, 0)
+    assert "ignored the interrupt" in kai["permuted_outputs"][1]
     hana = (graded[0] / "feedback" / "hana.md").read_text(encoding="utf-8")
     assert "not a readable notebook" in hana  # the broken 07: reported, the run went on
 
@@ -423,3 +431,17 @@ def test_an_exercise_that_is_not_a_function_is_checked_on_the_handed_out_inputs(
     assert rows["dot_variance"]["points"] == "1", rows["dot_variance"]["feedback"]
     assert "inputs-changed" not in rows["dot_variance"]["flags"]
     assert json.loads((folder / "run.json").read_text())["reference_runs"] == 1
+
+
+@needs_kernel
+def test_a_cell_that_ignores_interrupts_is_stopped_with_its_kernel(tmp_path, monkeypatch):
+    """A student who turns SIGINT off to outlast the time limit: the kernel is shut down."""
+    from grading import sandbox
+
+    monkeypatch.setattr(sandbox, "INTERRUPT_WAIT", 3.0)
+    monkeypatch.setattr(sandbox, "PROBE_WAIT", 2.0)
+    with sandbox.Kernel(tmp_path / "k") as kernel:
+        reply = kernel.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                           "while True:\n    pass", timeout=2)
+        assert reply.status == "dead" and "did not stop" in reply.error
+        assert not kernel.alive() and kernel.run("1", 5).status == "dead"

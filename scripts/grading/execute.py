@@ -107,9 +107,13 @@ def run_notebook(nb, captures: list[Capture], folder: Path, limits: Limits,
 
 
 def _dead_note(reply: Reply, limits: Limits) -> str:
+    if "interrupted" in reply.error:
+        return ("A cell ran past its time limit and ignored the interrupt (does it catch "
+                "KeyboardInterrupt or turn SIGINT off?), so its kernel was stopped; exercises "
+                "from that cell on were not graded.")
     return (f"The kernel stopped ({reply.error}); a notebook that needs more than "
-            f"{limits.memory_gib:g} GiB of memory, or crashes Python, ends here. Exercises after "
-            "that point were not graded.")
+            f"{limits.memory_gib:g} GiB of memory, or crashes Python, ends here. Exercises from "
+            "that point on were not graded.")
 
 
 def _capture(kernel: Kernel, c: Capture, folder: Path, run: Run, pristine, imported):

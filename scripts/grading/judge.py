@@ -334,9 +334,9 @@ def judge(lab: str, exercises, run: Run, cases: dict, cfg: dict, reference: Run 
         captured, event = run.captured.get(ex.name), run.events.get(ex.name)
         v = Verdict(ex.name, 0.0, possible, "")
         if captured is None:
-            v.message = (f"Not graded: {event}." if event else
-                         "Not graded: the exercise cell was not found or not reached "
-                         "(deleted, renamed, or the notebook stopped before it).")
+            v.message = (f"Not graded: {event}." if event else f"Not graded: {run.note}"
+                         if run.note else "Not graded: the exercise cell was not found "
+                         "(deleted or renamed?).")
             verdicts.append(v)
             continue
         tamper += [t for t in captured.get("tamper", []) if t not in tamper]

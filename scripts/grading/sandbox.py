@@ -29,6 +29,8 @@ from jupyter_client.kernelspec import KernelSpec
 
 LAUNCHER = Path(__file__).resolve().parent / "kernel_launcher.py"
 PRINTED_LIMIT = 100_000  # characters of a cell's output kept for diagnostics
+INTERRUPT_WAIT = 20.0  # seconds an interrupted cell has to reply
+PROBE_WAIT = 10.0  # seconds an idle kernel has to answer "pass" when that reply did not come
 
 
 @dataclass(frozen=True)
@@ -176,7 +178,7 @@ class Kernel:
         if not self.alive():
             return Reply("dead", "the kernel died", "", seconds)
         self.km.interrupt_kernel()
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + INTERRUPT_WAIT
         while time.monotonic() < deadline:
             try:
                 msg = self.kc.get_shell_msg(timeout=1)
@@ -186,6 +188,14 @@ class Kernel:
                 continue
             if msg["msg_type"] == "execute_reply":
                 return Reply("timeout", "", "", seconds)
-        # A loop inside C code may ignore SIGINT: stop the kernel; what is left is not graded.
+        # No reply: either the reply was lost (the kernel is idle and answers) or a loop inside
+        # C code ignores SIGINT (it does not): then stop the kernel; what is left is not graded.
+        try:
+            probe = self.kc.execute_interactive("pass", silent=True, store_history=False,
+                                                allow_stdin=False, timeout=PROBE_WAIT)
+            if probe["content"].get("status") == "ok":
+                return Reply("timeout", "", "", seconds)
+        except (TimeoutError, RuntimeError):
+            pass
         self.km.shutdown_kernel(now=True)
         return Reply("dead", "the kernel did not stop when interrupted", "", seconds)

@@ -71,6 +71,8 @@ CASES = {
     "hana/07_weighted_sum.ipynb": "not JSON at all: not graded, flagged; lab 07 missing",
     "ivan/06_softmax.ipynb": "saved output says Correct after running cells out of order: "
                              "0 for that exercise, told why; out-of-order",
+    "kai/07_weighted_sum.ipynb": "turns interrupts off in an endless loop in the last exercise: "
+                                 "3 / 4 (the first two count), that kernel stopped and said so",
     "Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb": "Moodle folder, three "
                                                                     "typical mistakes: 0 / 3",
 }
@@ -204,6 +206,12 @@ def build(out: Path) -> dict[str, str]:
     order[k - 1], order[k] = order[k], order[k - 1]  # the definition ran first
     files["ivan/06_softmax.ipynb"] = _saved_run(
         ivan, {"softmax_rows": "Correct: the softmax matches.\n"}, order)
+
+    # Kai turns interrupts off to outlast the time limit in his last exercise.
+    files["kai/07_weighted_sum.ipynb"] = _fill(s07, {
+        "outputs": "    return w @ v", "hull_bound": "    return V[:, 0].cummax(dim=0)[0]",
+        "permuted_outputs": "    import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                            "    while True:\n        pass"})
 
     files["Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb"] = _fill(s04, {
         k: MISTAKES[k] for k in ("my_causal_mask", "masked_scores", "changed_outputs")})
