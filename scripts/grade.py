@@ -197,6 +197,8 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
             else:
                 same.text += " While it ran: " + flag.text.split(". Grading used")[0].removeprefix(
                     "While the notebook ran, ") + "."
+        if run.note:  # the notebook did not run to its end
+            result.flags.append(judge.Flag("stopped", run.note))
         codes = {c for v in verdicts for c in v.flags}
         if "method" in codes:
             result.flags.append(judge.Flag("method", "A function uses what its exercise rules "

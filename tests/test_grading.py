@@ -286,6 +286,7 @@ def test_an_endless_loop_costs_only_its_exercise(graded):
     kai = _ex(rows, "kai", "07_weighted_sum")
     assert (kai["outputs"][0], kai["hull_bound"][0], kai["permuted_outputs"][0]) == (1, 2, 0)
     assert "ignored the interrupt" in kai["permuted_outputs"][1]
+    assert "07_weighted_sum:stopped" in _flags(book, "kai")
     hana = (graded[0] / "feedback" / "hana.md").read_text(encoding="utf-8")
     assert "not a readable notebook" in hana  # the broken 07: reported, the run went on
 

@@ -143,9 +143,7 @@ def feedback_text(s: StudentResult, labs: list[str]) -> str:
         if r.file:
             lines += [f"Graded file: `{r.file}`", ""]
         lines += [f"- {f.text}" for f in r.flags]
-        if r.note:
-            lines.append(f"- {r.note}")
-        if r.flags or r.note:
+        if r.flags:
             lines.append("")
         lines += ["| exercise | points | feedback |", "|---|---|---|"]
         for v in r.verdicts:
