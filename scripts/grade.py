@@ -189,7 +189,7 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
                                       references.get(lab),
                                       judge.saved_correct(chosen.nb, exercises[lab]),
                                       solutions_by_lab[lab])
-        result.verdicts, result.note, result.seconds = verdicts, run.note, run.seconds
+        result.verdicts, result.seconds = verdicts, run.seconds
         for flag in flags:  # what the run saw adds to what the source showed
             same = next((g for g in result.flags if g.code == flag.code), None)
             if same is None:

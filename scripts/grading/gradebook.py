@@ -17,7 +17,6 @@ class LabResult:
     file: str = ""  # the graded file, relative to SUBMISSIONS ("" when missing)
     verdicts: list = field(default_factory=list)  # judge.Verdict
     flags: list = field(default_factory=list)  # judge.Flag
-    note: str = ""  # what stopped the run early, if anything
     seconds: float = 0.0
 
     @property
