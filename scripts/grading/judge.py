@@ -334,7 +334,8 @@ def judge(lab: str, exercises, run: Run, cases: dict, cfg: dict, reference: Run 
         captured, event = run.captured.get(ex.name), run.events.get(ex.name)
         v = Verdict(ex.name, 0.0, possible, "")
         if captured is None:
-            v.message = (f"Not graded: {event}." if event else f"Not graded: {run.note}"
+            note = run.note[:1].lower() + run.note[1:]
+            v.message = (f"Not graded: {event}." if event else f"Not graded: {note}"
                          if run.note else "Not graded: the exercise cell was not found "
                          "(deleted or renamed?).")
             verdicts.append(v)
