@@ -68,5 +68,8 @@ def test_solutions_are_hidden_on_the_site_and_in_colab(path):
 def test_ignored_outputs_are_only_widgets_or_timings(path):
     for cell in _code_cells(path):
         if "nbval-ignore-output" in cell.metadata.get("tags", []):
-            reason = re.search(r"widgets\.|interact|time|tqdm|device|kernel", cell.source)
+            # A widget, a timing, the device, or a comment that says why ("not compared by
+            # nbval: ...", for results that change with the CPU's rounding).
+            reason = re.search(r"widgets\.|interact|time|tqdm|device|kernel|not compared by nbval",
+                               cell.source, re.I)
             assert reason, f"nbval-ignore-output without a reason in: {cell.source[:80]}"
