@@ -309,25 +309,32 @@ def test_the_kernel_is_sandboxed(tmp_path):
     os.environ["ATTNBOOK_SECRET_FOR_TEST"] = "do-not-leak"
     try:
         with Kernel(tmp_path / "k", Limits(memory_gib=2.0)) as kernel:
+            # Results go through a file: ipykernel 7 may deliver printed output after it says
+            # it is idle, so a cell's stdout is for diagnostics only (scores use files too).
             reply = kernel.run(
-                "import os, pathlib, resource, socket\n"
-                "print(os.environ.get('ATTNBOOK_SECRET_FOR_TEST'), os.getcwd(), "
-                "os.environ['HOME'], resource.getrlimit(resource.RLIMIT_AS)[0] // 2**30)\n"
+                "import json, os, pathlib, resource, socket\n"
+                "seen = {'secret': os.environ.get('ATTNBOOK_SECRET_FOR_TEST'), 'cwd': os.getcwd(),"
+                " 'home': os.environ['HOME'], 'gib': resource.getrlimit(resource.RLIMIT_AS)[0]"
+                " // 2**30}\n"
                 "try:\n    socket.create_connection(('192.0.2.1', 80), timeout=2)\n"
-                "except OSError as e:\n    print('network:', e.errno)\n"
-                "pathlib.Path(os.environ['HOME'], 'note').write_text('x')", timeout=60)
+                "except OSError as e:\n    seen['errno'] = e.errno\n"
+                "pathlib.Path(os.environ['HOME'], 'note').write_text('x')\n"
+                "pathlib.Path('seen.json').write_text(json.dumps(seen))", timeout=60)
             assert reply.status == "ok", reply
-            secret, cwd, home, gib = reply.stdout.split("\n")[0].split()
-            assert secret == "None" and gib == "2"
-            assert cwd == str(tmp_path / "k" / "work") and home == str(tmp_path / "k" / "home")
+            seen = json.loads((tmp_path / "k" / "work" / "seen.json").read_text())
+            assert seen["secret"] is None and seen["gib"] == 2
+            assert seen["cwd"] == str(tmp_path / "k" / "work")
+            assert seen["home"] == str(tmp_path / "k" / "home")
             if can_unshare_network():
-                assert "network: 101" in reply.stdout  # ENETUNREACH: no interface at all
+                assert seen["errno"] == 101  # ENETUNREACH: no network interface at all
             big = kernel.run("x = bytearray(3 * 2**30)", timeout=60)
             assert big.status == "error" and "MemoryError" in big.error
             flood = kernel.run("for i in range(10**5):\n    print(i)", timeout=60)
             assert flood.status == "ok" and len(flood.stdout) < 2 * sandbox.PRINTED_LIMIT
             loop = kernel.run("while True:\n    pass", timeout=3)
-            assert loop.status == "timeout" and kernel.run("print(1)", 10).stdout == "1\n"
+            assert loop.status == "timeout"
+            after = kernel.run("pathlib.Path('after').write_text('ok')", 10)
+            assert after.status == "ok" and (tmp_path / "k" / "work" / "after").exists()
     finally:
         del os.environ["ATTNBOOK_SECRET_FOR_TEST"]
     assert (tmp_path / "k" / "home" / "note").exists()  # the write stayed in its own home
