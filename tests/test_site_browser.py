@@ -604,6 +604,12 @@ def test_page_in_browser(page_path, server, browser):
         violations = run_axe(page)
         statics = static_widgets(html)
         moves = _move_static_widgets(page, statics)
+        # Views drawn by the moves are named too.
+        page.evaluate("() => new Promise(r => requestAnimationFrame(() => "
+                      "requestAnimationFrame(r)))")
+        unnamed_after_moves = page.evaluate(
+            "() => [...document.images].filter(i => !(i.getAttribute('alt') || '').trim())"
+            ".map(i => (i.currentSrc || i.src).slice(0, 60))")
         shot = SHOTS / (page_path.replace("/", "__") + ".png")
         page.screenshot(path=str(shot), full_page=True)
     finally:
@@ -649,6 +655,8 @@ def test_page_in_browser(page_path, server, browser):
                if not (i["alt"] or "").strip()
                or re.search(r"(\.(png|svg|jpe?g|gif)|_images/\S*)$", i["alt"].strip())]
     assert not unnamed, f"images without alternative text: {unnamed}"
+    assert not unnamed_after_moves, (
+        f"widget views drawn by moving a control lack alternative text: {unnamed_after_moves}")
 
     for expected, got in widget_info:
         assert expected["in_state"], f"widget {expected['model_id']} has no saved state"

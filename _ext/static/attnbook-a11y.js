@@ -5,9 +5,10 @@
  * name when the control has no description. This script, once the widgets are drawn and again
  * whenever they change:
  *
- * - gives each figure in a widget alternative text: the description of its view when the lab
- *   stored one (attnbook.static_widgets puts it in the view's tooltip, the title attribute), else
- *   the values of the controls that select the view ("T = 8, layout = zigzag");
+ * - gives each figure in a widget alternative text: the description the lab stored with it
+ *   (attnbook.static_widgets puts it in the figure's output metadata, {"image/png": {"alt": ...}},
+ *   in the saved widget state), else the values of the controls that select its view
+ *   ("T = 8, layout = zigzag");
  * - names each slider handle and drop-down after its control (its description, else "control
  *   k of this widget"), and makes a slider announce the selected value, not its index.
  */
@@ -58,7 +59,8 @@
       var root = output && output.querySelector("." + STATIC);
       if (!root) continue;
       var kids = model.state.children || [];
-      out.push({ root: root, controls: kids.slice(0, -1).map(modelOf) });
+      out.push({ root: root, controls: kids.slice(0, -1).map(modelOf),
+                 stack: modelOf(kids[kids.length - 1]) });
     }
     return out;
   }
@@ -73,6 +75,20 @@
       }
     }
     return path;
+  }
+
+  // The Output model of the view at this path, and the alt text stored with its k-th figure.
+  function storedAlt(widget, path, k) {
+    var node = widget.stack;
+    for (var d = 0; d < path.length && node && node.model_name === "StackModel"; d++) {
+      node = modelOf((node.state.children || [])[path[d]]);
+    }
+    if (!node || node.model_name !== "OutputModel") return "";
+    var figures = (node.state.outputs || []).filter(function (o) {
+      return o.data && o.data["image/png"] !== undefined;
+    });
+    var meta = figures[k] && figures[k].metadata && figures[k].metadata["image/png"];
+    return meta && meta.alt ? String(meta.alt) : "";
   }
 
   function altFromControls(widget, path) {
@@ -92,14 +108,14 @@
     for (var i = 0; i < imgs.length; i++) {
       var img = imgs[i];
       if (img.hasAttribute("alt") && img.getAttribute("data-attnbook-alt") === null) continue;
-      var titled = img.closest("[title]");
-      var alt = titled && titled.closest(".cell_output") ? titled.getAttribute("title") : "";
-      if (!alt) {
-        for (var w = 0; w < widgets.length; w++) {
-          if (widgets[w].root.contains(img)) {
-            alt = altFromControls(widgets[w], viewPath(img, widgets[w].root));
-            break;
-          }
+      var alt = "";
+      for (var w = 0; w < widgets.length; w++) {
+        if (widgets[w].root.contains(img)) {
+          var path = viewPath(img, widgets[w].root);
+          var view = img.closest(".widget-output");
+          var k = view ? Array.prototype.indexOf.call(view.querySelectorAll("img"), img) : 0;
+          alt = storedAlt(widgets[w], path, k) || altFromControls(widgets[w], path);
+          break;
         }
       }
       if (!alt) alt = "Figure of this widget in its saved state";
@@ -164,7 +180,7 @@
       childList: true,
       subtree: true,
       attributes: true,
-      attributeFilter: ["aria-valuenow", "title"],
+      attributeFilter: ["aria-valuenow"],
     });
   }
 

@@ -15,11 +15,13 @@ With two controls the structure is::
     Stack_1[i].children[j] = Output(view(i, j)) # selected_index <- control_1.index (every i)
 
 A lab says what each view shows with ``alt`` (a template such as ``"Weights after {step}
-steps"``, or a function of the control values): every view stores its text as its ``tooltip``
-(the ``title`` the browser shows on hover), which the site's script copies into the figure's
-alternative text. Without ``alt`` the site names a figure by its controls' labels and values
-("query = 2: sat, divide by = √d"). Controls without a description are labelled with their
-argument's name, so that every slider and drop-down has a visible label and an accessible name.
+steps"``, or a function of the control values): the figures of every view are stored with that
+text in their output metadata (``{"image/png": {"alt": ...}}``), which the site's script reads from
+the saved state and sets as each figure's alternative text. (Not as the Output's ``tooltip``:
+the HTML manager cannot draw an Output that has one.) Without ``alt`` the site names a figure by
+its controls' labels and values ("query = 2: sat, divide by = √d"). Controls without a
+description are labelled with their argument's name, so that every slider and drop-down has a
+visible label and an accessible name.
 
 Where ipywidgets has no ``Stack`` (before 8.0: the lab's setup cell installs attnbook with
 ``--no-deps`` in Colab, so Colab's own ipywidgets is used), or when ``ATTNBOOK_STATIC_WIDGETS=0``,
@@ -144,18 +146,19 @@ def alt_text(alt, kwargs: dict) -> str:
 
 
 def _render(fn: Callable, kwargs: dict, dpi: float | None, alt: str = "") -> widgets.Output:
-    """One view: whatever ``fn(**kwargs)`` prints or shows, captured in an Output widget whose
-    tooltip says what it shows."""
+    """One view: whatever ``fn(**kwargs)`` prints or shows, captured in an Output widget; the
+    figures it leaves open are shown with ``alt`` in their metadata."""
     import matplotlib.pyplot as plt
     from IPython.display import display
 
-    out = widgets.Output(tooltip=alt or None)
+    out = widgets.Output()
     context = plt.rc_context({"figure.dpi": dpi}) if dpi else _nullcontext()
+    metadata = {"image/png": {"alt": alt}} if alt else None
     with out, context:
         fn(**kwargs)
         for number in plt.get_fignums():  # figures the function drew but did not show
             figure = plt.figure(number)
-            display(figure)
+            display(figure, metadata=metadata)
             plt.close(figure)
     return out
 
@@ -187,9 +190,10 @@ def static_interact(fn: Callable, /, *, points: int = 7, dpi: float | None = Non
         points: grid points for each continuous slider.
         dpi: the figures' resolution in the stored views (smaller pages); None keeps the lab's.
         display: show the widget (as ``interact`` does); False only returns it.
-        alt: what each view shows, for its alternative text: a template such as
-            ``"Weights after {step} steps"`` or a function of the control values. Without
-            it the site describes a figure by its controls' labels and values.
+        alt: what each view shows, for its figures' alternative text: a template such as
+            ``"Weights after {step} steps"`` or a function of the control values (applies to
+            the figures ``fn`` leaves open, not to those it shows itself). Without it the site
+            describes a figure by its controls' labels and values.
         **controls: one per argument of ``fn``: an ipywidgets control or a list of values.
 
     Returns:
