@@ -9,7 +9,9 @@ the theme's own markup is repaired here, after the build, in every written HTML 
   text ("Search Ctrl+K", "Show code cell source"), and the colour-mode button's label names the
   modes its icons show;
 - the bibliography's entries use the ARIA role ``listitem`` (``doc-biblioentry`` is deprecated and
-  not a list item, so the list had no items).
+  not a list item, so the list had no items);
+- in the saved widget state, an Output widget's ``tooltip`` becomes the alt text of its figures
+  (output metadata): the HTML manager fails to draw an Output that has a tooltip.
 
 A figure that a lab cell draws gets the alternative text its cell gives (myst-nb's
 ``mystnb.image.alt`` metadata); without one, Sphinx would write the image's file name. Here it
@@ -26,6 +28,7 @@ and drop-down gets the label of its control. The rewrites are idempotent.
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -37,6 +40,32 @@ _SIDEBAR_TOGGLE = re.compile(
     r'(<a class="(?:current )?reference internal" href="[^"]*">(?P<title>[^<]*)</a>'
     r'<details[^>]*>)<summary>'
     r'(?=<span class="toctree-toggle")')
+
+
+_STATE = re.compile(
+    r'(<script type="application/vnd\.jupyter\.widget-state\+json">)(.*?)(</script>)', re.S)
+
+
+def _fix_state(match: re.Match) -> str:
+    try:
+        data = json.loads(match.group(2))
+    except ValueError:
+        return match.group(0)
+    changed = False
+    for model in data.get("state", {}).values():
+        state = model.get("state", {})
+        if model.get("model_name") != "OutputModel" or not state.get("tooltip"):
+            continue
+        for output in state.get("outputs", []):
+            if "image/png" in output.get("data", {}):
+                meta = output.setdefault("metadata", {}).setdefault("image/png", {})
+                meta.setdefault("alt", state["tooltip"])
+        state["tooltip"] = None
+        changed = True
+    if not changed:
+        return match.group(0)
+    body = json.dumps(data).replace("</", "<\\/")
+    return match.group(1) + body + match.group(3)
 
 
 def fix_html(text: str) -> str:
@@ -52,7 +81,7 @@ def fix_html(text: str) -> str:
     text = text.replace('<summary aria-label="Toggle hidden content">', "<summary>")
     text = re.sub(r'(<div class="citation" id="[^"]*") role="doc-biblioentry"',
                   r'\1 role="listitem"', text)
-    return text
+    return _STATE.sub(_fix_state, text)
 
 
 def _plain(text: str) -> str:

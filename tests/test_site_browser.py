@@ -333,6 +333,17 @@ def test_theme_markup_is_repaired():
     assert "Toggle hidden content" not in fixed
     assert 'role="listitem"' in fixed and "doc-biblioentry" not in fixed
     assert fix_html(fixed) == fixed
+    # An Output's tooltip (which the HTML manager cannot draw) becomes its figure's alt text.
+    state = {"state": {"m1": {"model_name": "OutputModel", "state": {
+        "tooltip": "Weights </b>", "outputs": [{"data": {"image/png": "AA=="}, "metadata": {}}]}}}}
+    page = ('<script type="application/vnd.jupyter.widget-state+json">'
+            + json.dumps(state).replace("</", "<\\/") + "</script>")
+    fixed = fix_html(page)
+    body = re.search(r"json\">(.*)</script>", fixed).group(1)
+    model = json.loads(body)["state"]["m1"]["state"]
+    assert model["tooltip"] is None and "</b" not in body
+    assert model["outputs"][0]["metadata"]["image/png"]["alt"] == "Weights </b>"
+    assert fix_html(fixed) == fixed
 
 
 @pytest.mark.browser
