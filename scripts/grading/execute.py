@@ -45,7 +45,7 @@ class Run:
 
 
 def run_notebook(nb, captures: list[Capture], folder: Path, limits: Limits,
-                 pristine: dict[str, tuple[str, str]], imported: dict[str, str],
+                 pristine: dict[str, str], imported: dict[str, str],
                  cell_seconds: float = 120, notebook_seconds: float = 900) -> Run:
     """Execute ``nb``'s code cells in order, each with its time limit, capturing after exercises.
 
@@ -54,7 +54,7 @@ def run_notebook(nb, captures: list[Capture], folder: Path, limits: Limits,
         captures: one per exercise found in it.
         folder: an empty folder for the kernel's home, work folder and the capture files.
         limits: the kernel's resource limits.
-        pristine: qualname -> (module file, code hash) of the library's functions.
+        pristine: qualname -> module file of each of the library's functions.
         imported: notebook name -> qualname of each checker the lab imports.
         cell_seconds: time limit of a cell that is not an exercise.
         notebook_seconds: time limit of the whole notebook.
@@ -129,7 +129,7 @@ def _capture(kernel: Kernel, c: Capture, folder: Path, run: Run, pristine, impor
               "case_seconds": float(c.case_seconds), "pristine": pristine,
               "imported": imported}
     code = (IN_KERNEL + f"\n_attnbook_capture({params!r})\n"
-            "del _attnbook_capture, _attnbook_code_hash\n")
+            "del _attnbook_capture\n")
     reply = kernel.run(code, timeout=c.case_seconds * len(c.cases) + 60, silent=True)
     inputs.unlink(missing_ok=True)  # the hidden inputs exist only while the capture runs
     if reply.status == "dead":
