@@ -5,6 +5,8 @@ the theme's own markup is repaired here, after the build, in every written HTML 
 
 - the sidebar's expand buttons (``<details><summary>`` with only a chevron icon) get a name,
   "Sections of <chapter>";
+- the primary sidebar becomes a navigation landmark ("Book"), so that the book's title and the
+  search button at its top are inside a landmark like the rest of the page;
 - the search buttons and the hidden-code toggles lose an ``aria-label`` that hid their visible
   text ("Search Ctrl+K", "Show code cell source"), and the colour-mode button's label names the
   modes its icons show;
@@ -73,6 +75,9 @@ def fix_html(text: str) -> str:
     text = _SIDEBAR_TOGGLE.sub(
         lambda m: f'{m.group(1)}<summary aria-label="Sections of '
                   f'{html.escape(html.unescape(m.group("title")), quote=True)}">', text)
+    text = text.replace('<div id="pst-primary-sidebar" class="bd-sidebar-primary bd-sidebar">',
+                        '<div id="pst-primary-sidebar" class="bd-sidebar-primary bd-sidebar" '
+                        'role="navigation" aria-label="Book">')
     text = re.sub(r'(<button class="btn search-button-field search-button__button[^"]*"'
                   r' title="Search") aria-label="Search"', r"\1", text)
     text = text.replace('theme-switch-button pst-js-only" aria-label="Color mode"',

@@ -325,13 +325,15 @@ def test_theme_markup_is_repaired():
             '<button class="btn search-button-field search-button__button pst-js-only" '
             'title="Search" aria-label="Search" data-x="1">'
             '<summary aria-label="Toggle hidden content"><p>Show code cell source</p>'
-            '<div class="citation" id="id3" role="doc-biblioentry">')
+            '<div class="citation" id="id3" role="doc-biblioentry">'
+            '<div id="pst-primary-sidebar" class="bd-sidebar-primary bd-sidebar">')
     fixed = fix_html(page)
     assert '<summary aria-label="Sections of Scores &amp; masks">' in fixed
     assert '<details open="open"><summary aria-label="Sections of Lab 2">' in fixed
     assert 'aria-label="Search"' not in fixed and 'title="Search"' in fixed
     assert "Toggle hidden content" not in fixed
     assert 'role="listitem"' in fixed and "doc-biblioentry" not in fixed
+    assert 'bd-sidebar" role="navigation" aria-label="Book">' in fixed
     assert fix_html(fixed) == fixed
     # An Output's tooltip (which the HTML manager cannot draw) becomes its figure's alt text.
     state = {"state": {"m1": {"model_name": "OutputModel", "state": {
