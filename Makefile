@@ -2,6 +2,8 @@
 # `make book` installs only what the site needs (requirements-book.txt) and fetches the site's
 # JavaScript (MathJax, require.js, the widget manager) with npm, so that the pages need no host but
 # their own; `make test` installs everything (requirements.txt, which includes the book's set).
+# --no-compile: Python compiles a module when it is first imported; compiling all of PyTorch's
+# files at install time doubled the time `make book` took to install.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -27,17 +29,17 @@ COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 
 $(BOOK_STAMP): requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements-book.txt -e .
+	$(BIN)/python -m pip install -q --no-compile -r requirements-book.txt -e .
 	touch $(BOOK_STAMP)
 
 $(STAMP): requirements.txt requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.txt -e .
+	$(BIN)/python -m pip install -q --no-compile -r requirements.txt -e .
 	touch $(BOOK_STAMP) $(STAMP)
 
 $(COLAB_STAMP): requirements-colab.txt
 	test -x $(COLAB_VENV)/bin/python || $(PYTHON) -m venv $(COLAB_VENV)
-	$(COLAB_VENV)/bin/python -m pip install -q -r requirements-colab.txt
+	$(COLAB_VENV)/bin/python -m pip install -q --no-compile -r requirements-colab.txt
 	touch $(COLAB_STAMP)
 
 install-book: $(BOOK_STAMP)
