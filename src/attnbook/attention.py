@@ -162,6 +162,7 @@ class Attention(nn.Module):
         blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)
         if padding_mask is not None and scores.dim() == 4:
             blocked = blocked[:, None]  # (B, 1, T, T): every head sees the same padding
-        weights = masked_softmax(scores, blocked)  # (B, T, T)
+        # Half inputs give float32 scores and weights; the weights meet v in v's dtype.
+        weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)
         out = weighted_sum(weights, v)  # (B, T, d)
         return out, weights

@@ -233,7 +233,7 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     if padding_mask is not None:
         blocked = blocked | ~padding_mask[:, None, None, :]  # (B, 1, T, T)
     scores = scale_scores(attention_scores(q, k), q.size(-1))  # (B, h, T, T)
-    return weighted_sum(masked_softmax(scores, blocked), v)
+    return weighted_sum(masked_softmax(scores, blocked).to(v.dtype), v)  # float32 scores if half
 
 
 @torch.no_grad()

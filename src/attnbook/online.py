@@ -108,24 +108,32 @@ def tiled_attention_forward(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass over tiles; also returns each row's log-sum-exp for the backward.
 
+    Float16 and bfloat16 inputs are upcast tile by tile: scores, the running ``m``, ``l`` and
+    output are float32, and only the finished output is cast back (FlashAttention's rule).
+
     Returns:
-        ``out`` and ``lse = m + log(l)`` (``-inf`` for a row with no visible key).
+        ``out`` (q's dtype) and ``lse = m + log(l)`` (``-inf`` for a row with no visible key;
+        float32 for half inputs, which is what the backward needs).
 
     Shape:
         q: (..., T, d), k: (..., T, d), v: (..., T, d_v) -> (..., T, d_v), (..., T, 1)
     """
-    T, scale = q.size(-2), 1.0 / math.sqrt(q.size(-1))
-    out = q.new_empty((*q.shape[:-1], v.size(-1)))  # (B, T, d_v), filled one query block at a time
-    lse = q.new_empty((*q.shape[:-1], 1))  # (B, T, 1)
-    for i0 in range(0, T, block_size):
-        i1 = min(i0 + block_size, T)
-        qi = q[..., i0:i1, :] * scale  # (B, b, d): scaling q once costs b*d, not b*b
-        m = q.new_full((*qi.shape[:-1], 1), NEG_INF)  # (B, b, 1) running maximum
-        l = q.new_zeros((*qi.shape[:-1], 1))  # (B, b, 1) running sum of exponentials
-        acc = q.new_zeros((*qi.shape[:-1], v.size(-1)))  # (B, b, d_v) unnormalised output
-        for j0 in range(0, i1 if causal else T, block_size):  # keys past i1 are all in the future
-            j1 = min(j0 + block_size, T)
-            s = qi @ k[..., j0:j1, :].transpose(-2, -1)  # (B, b, b) one tile of scores
+    T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
+    acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs: cast once, at the end
+    out = q.new_empty((*q.shape[:-1], v.size(-1)))  # (B, T_q, d_v), one query block at a time
+    lse = q.new_empty((*q.shape[:-1], 1), dtype=acc_dtype)  # (B, T_q, 1)
+    for i0 in range(0, T_q, block_size):
+        i1 = min(i0 + block_size, T_q)
+        # (B, b, d): scaling q once costs b*d, not b*b; upcast so every tile product and
+        # running quantity below is in acc_dtype (half-precision sums lose too many digits).
+        qi = q[..., i0:i1, :].to(acc_dtype) * scale
+        m = qi.new_full((*qi.shape[:-1], 1), NEG_INF)  # (B, b, 1) running maximum
+        l = qi.new_zeros((*qi.shape[:-1], 1))  # (B, b, 1) running sum of exponentials
+        acc = qi.new_zeros((*qi.shape[:-1], v.size(-1)))  # (B, b, d_v) unnormalised output
+        for j0 in range(0, i1 if causal else T_k, block_size):  # keys past i1 are in the future
+            j1 = min(j0 + block_size, T_k)
+            kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
+            s = qi @ kj.transpose(-2, -1)  # (B, b, b) one tile of scores
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
             if blocked is not None:
                 s = s.masked_fill(blocked, NEG_INF)
@@ -134,10 +142,10 @@ def tiled_attention_forward(
             p = torch.exp(s - shift)  # (B, b, b); exactly 0 where blocked
             alpha = torch.exp(m - shift)  # (B, b, 1) rescales what earlier tiles summed
             l = alpha * l + p.sum(dim=-1, keepdim=True)
-            acc = alpha * acc + p @ v[..., j0:j1, :]  # (B, b, d_v)
+            acc = alpha * acc + p @ vj  # (B, b, d_v)
             m = m_new
         # A row with l = 0 saw no key: divide by 1 so its output is 0, not 0 / 0 = NaN.
-        out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)
+        out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)  # the one cast to q's dtype
         lse[..., i0:i1, :] = m + torch.log(l)  # log(0) = -inf marks an empty row
     return out, lse
 
@@ -157,23 +165,29 @@ def tiled_attention_backward(
 
     With ``p = exp(s - lse)`` and ``D_i = dout_i · out_i``, a tile contributes
     ``dV += pᵀ dout``, ``dS = p * (dout Vᵀ - D)``, ``dQ += dS K / sqrt(d)``,
-    ``dK += dSᵀ Q / sqrt(d)``. Nothing of size (T, T) is ever stored.
+    ``dK += dSᵀ Q / sqrt(d)``. Nothing of size (T, T) is ever stored. For float16 and bfloat16
+    inputs every tile and the three accumulators are float32, cast to the inputs' dtype once.
 
     Shape:
         dout, out: (..., T, d_v); q, k: (..., T, d); v: (..., T, d_v); lse: (..., T, 1)
         -> dq, dk, dv with the shapes of q, k, v
     """
-    T, scale = q.size(-2), 1.0 / math.sqrt(q.size(-1))
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    D = (dout * out).sum(dim=-1, keepdim=True)  # (B, T, 1): rowsum(dA * A) in closed form
-    shift_all = _finite(lse)  # an empty row has all s = -inf, so p = exp(-inf - 0) = 0
-    for i0 in range(0, T, block_size):
-        i1 = min(i0 + block_size, T)
-        qi, doi = q[..., i0:i1, :], dout[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+    T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
+    acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs: cast once, at the end
+    # (B, T, d) each: gradients summed over many tiles, so they are accumulated in acc_dtype.
+    dq = torch.zeros_like(q, dtype=acc_dtype)
+    dk = torch.zeros_like(k, dtype=acc_dtype)
+    dv = torch.zeros_like(v, dtype=acc_dtype)
+    dout_a, out_a = dout.to(acc_dtype), out.to(acc_dtype)
+    D = (dout_a * out_a).sum(dim=-1, keepdim=True)  # (B, T_q, 1): rowsum(dA * A) in closed form
+    shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
+    for i0 in range(0, T_q, block_size):
+        i1 = min(i0 + block_size, T_q)
+        qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
         shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
-        for j0 in range(0, i1 if causal else T, block_size):
-            j1 = min(j0 + block_size, T)
-            kj, vj = k[..., j0:j1, :], v[..., j0:j1, :]
+        for j0 in range(0, i1 if causal else T_k, block_size):
+            j1 = min(j0 + block_size, T_k)
+            kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
             s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
             if blocked is not None:
@@ -183,7 +197,7 @@ def tiled_attention_backward(
             ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
             dq[..., i0:i1, :] += (ds @ kj) * scale
             dk[..., j0:j1, :] += (ds.transpose(-2, -1) @ qi) * scale
-    return dq, dk, dv
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 class TiledAttention(torch.autograd.Function):
@@ -202,6 +216,11 @@ class TiledAttention(torch.autograd.Function):
         dq, dk, dv = tiled_attention_backward(dout, q, k, v, out, lse, padding_mask,
                                               ctx.causal, ctx.block_size)
         return dq, dk, dv, None, None, None
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16/bfloat16 (as FlashAttention accumulates), otherwise ``dtype`` itself."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _finite(m: torch.Tensor) -> torch.Tensor:

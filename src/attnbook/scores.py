@@ -6,6 +6,10 @@ import math
 
 import torch
 
+# A half-precision score keeps 8 (bfloat16) or 11 (float16) bits: at |q·k| ~ 4, bfloat16 rounds
+# it by up to 0.016, more than the rest of the computation loses. Form such scores in float32.
+_UPCAST = (torch.float16, torch.bfloat16)
+
 
 def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """Dot product of every query with every key.
@@ -16,11 +20,15 @@ def attention_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
     Returns:
         ``scores`` with ``scores[..., i, j] = q[..., i, :] · k[..., j, :]``: how well
-        query ``i`` matches key ``j``.
+        query ``i`` matches key ``j``. Float16 and bfloat16 inputs give float32 scores
+        (rounding each score to half precision would cost more accuracy than the rest of
+        attention); other dtypes are kept.
 
     Shape:
         q: (B, T, d), k: (B, T, d) -> (B, T, T). Any leading dimensions work, e.g. (B, h, T, d_h).
     """
+    if q.dtype in _UPCAST:
+        q, k = q.float(), k.float()
     return q @ k.transpose(-2, -1)  # (B, T, d) @ (B, d, T) -> (B, T, T)
 
 
