@@ -90,6 +90,21 @@ def general_masked_attention(
     return out.masked_fill(empty, 0.0)
 
 
+def check_self_attention_lengths(q: torch.Tensor, k: torch.Tensor, caller: str) -> None:
+    """ValueError unless queries and keys have one length: the causal rule is self-attention's.
+
+    With T_q != T_k, "key j > query i is the future" depends on how the two are aligned (SDPA's
+    ``is_causal`` aligns top-left, FlashAttention bottom-right), so we refuse to guess.
+    """
+    T_q, T_k = q.size(-2), k.size(-2)
+    if T_q != T_k:
+        raise ValueError(
+            f"{caller} is causal self-attention: queries and keys must have the same length, "
+            f"got T_q = {T_q} (q {tuple(q.shape)}) and T_k = {T_k} (k {tuple(k.shape)}). "
+            "For new tokens against cached keys use attnbook.kv_cache.cached_attention, which "
+            "aligns the causal rule bottom-right.")
+
+
 def fused_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -107,10 +122,14 @@ def fused_attention(
     Returns:
         The outputs; a query with no visible key outputs zeros (with zero gradients).
 
+    Raises:
+        ValueError: if q and k differ in length (T_q != T_k), naming both shapes.
+
     Shape:
         q: (B, T, d) or (B, h, T, d_h); k, v: like q, or (B, h_kv, T, d_h) with h_kv dividing h;
         padding_mask: (B, T) -> same as q
     """
+    check_self_attention_lengths(q, k, "fused_attention")
     one_head = q.dim() == 3
     if one_head:  # (B, T, d) -> (B, 1, T, d): the CPU flash kernel only takes 4-D input
         q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)

@@ -18,6 +18,8 @@ import math
 
 import torch
 
+from .fused import check_self_attention_lengths, repeat_kv
+
 NEG_INF = float("-inf")
 
 
@@ -71,27 +73,40 @@ def tiled_attention(
     """Attention computed one (query block, key block) tile at a time, never forming (T, T).
 
     Args:
-        q, k, v: queries, keys and values, already projected.
-        padding_mask: True for real tokens, False for padding; None if all are real.
-        causal: block keys in the future of each query (``j > i``).
+        q, k, v: queries, keys and values, already projected. Keys and values may have fewer
+            heads than queries (grouped-query attention, chapter 13; h_kv = 1 is multi-query):
+            each is repeated for its group of query heads, O(h·T·d) memory, still linear in T,
+            and gradients flow back to the h_kv heads.
+        padding_mask: True for real tokens, False for padding; None if all are real. It masks
+            keys, so it has one entry per key.
+        causal: block keys in the future of each query (``j > i``). Causal attention needs
+            as many keys as queries; ``causal=False`` also takes T_k != T_q (cross-attention).
         block_size: rows and columns per tile; memory for intermediates is O(block_size²).
         recompute: when gradients are needed, use the custom backward that recomputes each
             tile (memory linear in T for training too). ``False`` lets plain autograd record
             every tile, which gives the same gradients but keeps O(T²) memory alive.
 
     Returns:
-        The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding. A query
-        with no visible key outputs zeros. T = 0 gives an empty result.
+        The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding, in q's dtype
+        (float16 and bfloat16 are accumulated in float32). A query with no visible key outputs
+        zeros. T = 0 gives an empty result.
 
     Raises:
         TypeError: if q, k and v do not share one dtype (named in the message).
+        ValueError: if ``causal`` and T_q != T_k (the diagonal's alignment would be a guess),
+            if k and v differ in length, if h is not a multiple of h_kv, or if
+            ``padding_mask`` is not (B, T_k); the message names the shapes.
 
     Shape:
-        q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
+        q: (B, T_q, d) or (B, h, T_q, d_h); k, v: (B, T_k, d) or (B, h_kv, T_k, d_h) with
+        T_k = T_q when causal; padding_mask: (B, T_k) -> same as q
     """
     if not q.dtype == k.dtype == v.dtype:
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and "
                         f"{v.dtype}; convert them with .to({q.dtype})")
+    _check_shapes(q, k, v, padding_mask, causal)
+    if q.dim() == 4 and k.size(1) != q.size(1):  # grouped-query: repeat K, V for each group
+        k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))  # (B, h, T_k, d_h)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and recompute:
         return TiledAttention.apply(q, k, v, padding_mask, causal, block_size)
@@ -116,7 +131,7 @@ def tiled_attention_forward(
         float32 for half inputs, which is what the backward needs).
 
     Shape:
-        q: (..., T, d), k: (..., T, d), v: (..., T, d_v) -> (..., T, d_v), (..., T, 1)
+        q: (..., T_q, d), k: (..., T_k, d), v: (..., T_k, d_v) -> (..., T_q, d_v), (..., T_q, 1)
     """
     T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
     acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs: cast once, at the end
@@ -132,8 +147,9 @@ def tiled_attention_forward(
         acc = qi.new_zeros((*qi.shape[:-1], v.size(-1)))  # (B, b, d_v) unnormalised output
         for j0 in range(0, i1 if causal else T_k, block_size):  # keys past i1 are in the future
             j1 = min(j0 + block_size, T_k)
-            kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
-            s = qi @ kj.transpose(-2, -1)  # (B, b, b) one tile of scores
+            # Slices used inline, not kept in names: a live view of k or v would count as the
+            # whole of k or v in the lab's LiveTensorBytes (the forward's peak memory).
+            s = qi @ k[..., j0:j1, :].to(acc_dtype).transpose(-2, -1)  # (B, b, b) one tile
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
             if blocked is not None:
                 s = s.masked_fill(blocked, NEG_INF)
@@ -142,7 +158,7 @@ def tiled_attention_forward(
             p = torch.exp(s - shift)  # (B, b, b); exactly 0 where blocked
             alpha = torch.exp(m - shift)  # (B, b, 1) rescales what earlier tiles summed
             l = alpha * l + p.sum(dim=-1, keepdim=True)
-            acc = alpha * acc + p @ vj  # (B, b, d_v)
+            acc = alpha * acc + p @ v[..., j0:j1, :].to(acc_dtype)  # (B, b, d_v)
             m = m_new
         # A row with l = 0 saw no key: divide by 1 so its output is 0, not 0 / 0 = NaN.
         out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)  # the one cast to q's dtype
@@ -169,7 +185,8 @@ def tiled_attention_backward(
     inputs every tile and the three accumulators are float32, cast to the inputs' dtype once.
 
     Shape:
-        dout, out: (..., T, d_v); q, k: (..., T, d); v: (..., T, d_v); lse: (..., T, 1)
+        dout, out: (..., T_q, d_v); q: (..., T_q, d); k: (..., T_k, d); v: (..., T_k, d_v);
+        lse: (..., T_q, 1)
         -> dq, dk, dv with the shapes of q, k, v
     """
     T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
@@ -216,6 +233,22 @@ class TiledAttention(torch.autograd.Function):
         dq, dk, dv = tiled_attention_backward(dout, q, k, v, out, lse, padding_mask,
                                               ctx.causal, ctx.block_size)
         return dq, dk, dv, None, None, None
+
+
+def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  padding_mask: torch.Tensor | None, causal: bool) -> None:
+    """ValueError naming the shapes unless q, k, v and padding_mask fit together (see Raises)."""
+    shapes = f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+    if causal:
+        check_self_attention_lengths(q, k, "tiled_attention(causal=True)")
+    if k.size(-2) != v.size(-2):
+        raise ValueError(f"k and v must hold the same keys (T_k along dim -2), got {shapes}")
+    if q.dim() == 4 and k.dim() == 4 and q.size(1) % k.size(1) != 0:
+        raise ValueError(f"the query heads h = {q.size(1)} must be a multiple of the key/value "
+                         f"heads h_kv = {k.size(1)} (grouped-query attention), got {shapes}")
+    if padding_mask is not None and padding_mask.shape != (q.size(0), k.size(-2)):
+        raise ValueError(f"padding_mask must be (B, T_k) = {(q.size(0), k.size(-2))}, one entry "
+                         f"per key, got {tuple(padding_mask.shape)} with {shapes}")
 
 
 def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
