@@ -261,6 +261,12 @@ def test_lab_runs_with_colab_versions(path, colab_runs, wheel_site):
     report = result["report"]
     assert Path(report["attnbook"]).is_relative_to(wheel_site)
     assert report["versions"]["ipywidgets"].startswith("7."), report["versions"]
+    # No Triton there (as on macOS, Windows and Colab's CPU runtime): kernel cells say so.
+    ran = nbformat.read(result["workdir"] / path.name, as_version=4)
+    marked = [c for c in ran.cells if c.cell_type == "code" and c.source.startswith("%%triton")]
+    for cell in marked:
+        text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+        assert "skipped: this cell runs a Triton kernel" in text, cell.source[:80]
 
 
 _LIVE_PROBE = """
