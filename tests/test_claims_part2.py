@@ -166,9 +166,27 @@ def test_exp_leaves_the_range_where_finfo_says(dtype):
     assert e[0].isfinite() and e[1].isinf() and e[2] > 0 and e[3] == 0
 
 
-def test_float16_sum_of_ones_overflows_just_below_65520_on_cpu():
-    assert torch.ones(65518, dtype=torch.float16).sum().item() == 65504
-    assert torch.ones(65519, dtype=torch.float16).sum().isinf()
+def _first_inf_float16_sum(threads: int) -> int:
+    """The fewest float16 ones whose CPU sum is inf, with ``threads`` threads (bisection)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        lo, hi = 1, 2 * 65504
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if torch.ones(mid, dtype=torch.float16).sum().isinf() else (mid, hi)
+        return hi
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_float16_sum_of_ones_overflow_depends_on_how_the_cpu_splits_it():
+    # Chapter 6: an exact sum rounded once is inf from 65520 on; PyTorch's CPU sum rounds partial
+    # sums along the way, so one thread and two overflow at different counts.
+    assert torch.tensor(65519.0).half().item() == 65504
+    assert torch.tensor(65520.0).half().isinf()
+    assert _first_inf_float16_sum(1) == 65520
+    assert _first_inf_float16_sum(2) == 65519
 
 
 def test_masked_softmax_computes_half_precision_in_float32():
