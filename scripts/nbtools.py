@@ -75,3 +75,23 @@ def write_lab(path: str | Path, title_cell: nbformat.NotebookNode, cells: list) 
     path = Path(path)
     nbformat.write(nb, path)
     return path
+
+
+def toc_pages(root: Path = ROOT) -> list[str]:
+    """Every document in _toc.yml, in reading order, as paths without suffix."""
+    import yaml  # Jupyter Book's own dependency
+
+    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries or []:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections"))
+            walk(entry.get("chapters"))
+
+    for part in toc.get("parts", []):
+        walk(part.get("chapters"))
+    walk(toc.get("chapters"))
+    return pages

@@ -14,12 +14,16 @@
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from nbtools import toc_pages  # noqa: E402
+
 BOOK = ROOT / "book"
 GLOSSARY = BOOK / "glossary.md"
 
@@ -78,18 +82,7 @@ NOT_TERMS_EMPHASIS = {
 
 def toc_book_pages() -> list[Path]:
     """The book's .md pages in reading order (root, then each part's chapters and sections)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    return [ROOT / (p + ".md") for p in pages
+    return [ROOT / (p + ".md") for p in toc_pages()
             if p.startswith("book/") and p not in NOT_SCANNED and (ROOT / (p + ".md")).exists()]
 
 

@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import re
+import sys
 import threading
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -32,6 +33,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from nbtools import toc_pages  # noqa: E402
+
 SITE = Path(os.environ.get("ATTNBOOK_SITE_DIR", ROOT / "_build" / "html"))
 SHOTS = SITE.parent / "screenshots"
 CHROMIUM = os.environ.get("ATTNBOOK_CHROMIUM", "/usr/bin/chromium")
@@ -45,24 +49,6 @@ AXE_FAILING = ("critical", "serious")
 # matched against the CSS selector of the offending element, and the reason. An entry that no
 # page needs any more fails test_axe_allowances_are_all_needed, so the list cannot go stale.
 AXE_ALLOWED: list[dict] = []
-
-
-def toc_pages() -> list[str]:
-    """Every document in _toc.yml, in reading order, as paths without suffix."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
-    pages = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                pages.append(entry["file"])
-            walk(entry.get("sections"))
-            walk(entry.get("chapters"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return pages
 
 
 def source_of(page: str) -> Path:
