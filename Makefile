@@ -60,9 +60,7 @@ $(ASSETS): package.json package-lock.json scripts/vendor_assets.py
 assets: $(ASSETS)
 
 # Incremental, except after the site's JavaScript or CSS changed (pages then need rewriting).
-# pip and npm mostly wait on downloads: the two installs run side by side.
-book:
-	$(MAKE) --no-print-directory -j2 install-book assets
+book: install-book assets
 	$(BIN)/jupyter-book build . $(if $(shell find _assets package-lock.json -newer \
 	  _build/html/index.html 2>/dev/null | head -n 1),--all)
 
