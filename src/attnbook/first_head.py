@@ -122,8 +122,8 @@ def train_first_head(d_model: int = 32, length: int = 12, n_symbols: int = 10,
         score_scale: see :class:`FirstHead` (1: scaled scores; sqrt(d_model): raw scores).
         eval_sequences: held-out sequences scored at the end.
         perturb: multiply every initial weight by ``1 + perturb * N(0, 1)`` (0: leave them), to
-            see how much a run depends on its last bits (1e-6 is a few float32 rounding units,
-            2**-23 = 1.2e-7: the size of the differences two CPUs' kernels make).
+            see how much a run depends on its last bits (1e-6 is about eight times float32's
+            spacing near 1, 2**-23 = 1.2e-7; two CPUs' kernels differ in the last of those bits).
         perturb_seed: seeds that perturbation (the batches keep ``seed``).
 
     Returns:
