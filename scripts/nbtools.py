@@ -95,3 +95,19 @@ def toc_pages(root: Path = ROOT) -> list[str]:
         walk(part.get("chapters"))
     walk(toc.get("chapters"))
     return pages
+
+
+def glued(lab: str, root: Path = ROOT) -> dict[str, str]:
+    """The values a lab glued, as stored in its outputs: key -> text (myst-nb's glue records)."""
+    import ast
+    import json
+
+    nb = json.loads((root / "notebooks" / lab).read_text(encoding="utf-8"))
+    found = {}
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
+            if name:
+                found[name] = ast.literal_eval(
+                    out["data"]["application/papermill.record/text/plain"])
+    return found

@@ -7,7 +7,6 @@ the mask's), and that the chapters' figures draw the very example their labs com
 
 from __future__ import annotations
 
-import ast
 import json
 import sys
 from pathlib import Path
@@ -17,23 +16,10 @@ import torch
 from torch import nn
 
 from attnbook import Attention
-from attnbook.notebook import GLUE_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-
-
-def glued(lab: str) -> dict[str, str]:
-    """The values a lab glued, as stored in its outputs: key -> text."""
-    nb = json.loads((ROOT / "notebooks" / lab).read_text(encoding="utf-8"))
-    found = {}
-    for cell in nb["cells"]:
-        for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name:
-                found[name] = ast.literal_eval(out["data"][GLUE_PREFIX + "text/plain"])
-    return found
-
+from nbtools import glued  # noqa: E402
 
 # Chapter 1: nn.Linear stores the transpose ----------------------------------------------------
 

@@ -4,8 +4,8 @@ and the compile tables the chapters paste were made with today's launch configur
 from __future__ import annotations
 
 import ast
-import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,22 +14,12 @@ import torch
 from attnbook.gpu.configs import backward_config, forward_config
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+from nbtools import glued  # noqa: E402
+
 PAGES = sorted((ROOT / "book").glob("1[6-9]_*.md"))
 GLUE = re.compile(r"\{glue:text\}`\.\./notebooks/([\w.]+)::(\w+):s`")
 INCLUDE = re.compile(r"```\{literalinclude\} \.\./(\S+)\n(?::\w+: .*\n)*?:pyobject: (\w+)")
-
-
-def glued(notebook: str) -> dict[str, str]:
-    """The keys and texts a lab's stored outputs glue."""
-    nb = json.loads((ROOT / "notebooks" / notebook).read_text(encoding="utf-8"))
-    found = {}
-    for cell in nb["cells"]:
-        for out in cell.get("outputs", []):
-            name = out.get("metadata", {}).get("scrapbook", {}).get("name")
-            if name:
-                found[name] = ast.literal_eval(
-                    out["data"]["application/papermill.record/text/plain"])
-    return found
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
