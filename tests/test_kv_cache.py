@@ -218,3 +218,146 @@ def test_sliding_window_cache_equals_banded_attention(make, window, prompt):
 def test_window_mask_is_a_band():
     assert torch.equal(~window_mask(4, 2), torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0],
                                                          [0, 1, 1, 0], [0, 0, 1, 1]]).bool())
+
+
+# ---- Issue 20: the window against the context length, chunks in a window, empty rows --------
+
+
+def test_window_wider_than_the_context_is_refused_by_name():
+    """A window of W slots lets a query see W keys; the module allows context_length."""
+    m = Attention(4, 6)
+    with pytest.raises(ValueError, match=r"between 1 and the context length 6.*window=7"):
+        KVCache.for_module(m, 1, window=7)
+    with pytest.raises(ValueError, match="window=0"):
+        KVCache.for_module(m, 1, window=0)
+    model = TinyModel(TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2))
+    with pytest.raises(ValueError, match="context length 8"):
+        model.new_caches(1, window=9)
+    assert KVCache.for_module(m, 1, window=6).capacity == 6  # the whole context is allowed
+
+
+SHORT = [lambda: Attention(8, 6), lambda: MultiHeadAttention(8, 6, 4),
+         lambda: MultiHeadAttention(8, 6, 4, n_kv_heads=2),
+         lambda: MultiHeadAttention(8, 6, 4, n_kv_heads=1)]
+
+
+@pytest.mark.parametrize("make", SHORT, ids=IDS)
+@pytest.mark.parametrize("window", [1, 4, 6])
+def test_a_window_cache_rolls_past_the_context_length(make, window):
+    """A rolling buffer takes any length: each query still sees at most W <= context keys.
+    Without a window the same module stops at its context length with a ValueError."""
+    m_short = make().double()  # context_length 6, fed 23 tokens
+    B, T = 2, 23
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    q, k, v = m_short.project_heads(x)
+    expected = m_short.merge(window_attention(q, k, v, window))  # (B, T, d) explicit band
+    cache = KVCache.for_module(m_short, B, window=window)
+    pieces = [cached_attention(m_short, x[:, :5], cache)]
+    pieces += [cached_attention(m_short, x[:, t : t + 1], cache) for t in range(5, T)]
+    torch.testing.assert_close(torch.cat(pieces, dim=1), expected, rtol=1e-10, atol=1e-10)
+    assert cache.length == T and cache.capacity == window
+    full = KVCache.for_module(m_short, B)
+    cached_attention(m_short, x[:, :6], full)
+    with pytest.raises(ValueError, match="holds 6 tokens .*context_length"):
+        cached_attention(m_short, x[:, 6:7], full)
+
+
+def test_tiny_model_with_a_window_stops_only_at_its_position_table():
+    torch.manual_seed(0)
+    cfg = TinyConfig(vocab_size=7, context_length=8, d_model=8, n_heads=2, n_layers=2)
+    with_pos = TinyModel(cfg)
+    caches = with_pos.new_caches(1, window=4)
+    with_pos.step(torch.zeros(1, 8, dtype=torch.long), caches)
+    with pytest.raises(ValueError, match="context_length=8 position vectors"):
+        with_pos.step(torch.zeros(1, 1, dtype=torch.long), caches)
+    no_pos = TinyModel(TinyConfig(**{**cfg.__dict__, "positions": False})).double()
+    idx = torch.randint(7, (2, 20))
+    caches = no_pos.new_caches(2, window=4)
+    logits = torch.cat([no_pos.step(idx[:, :3], caches)]
+                       + [no_pos.step(idx[:, t : t + 1], caches) for t in range(3, 20)], dim=1)
+    assert logits.shape == (2, 20, 7) and torch.isfinite(logits).all()
+    # the first 8 positions are within the context: equal to the full forward with a band
+    for block in no_pos.blocks:
+        block.attn.mask.copy_(window_mask(8, 4))
+        block.attn.fused = False
+    torch.testing.assert_close(logits[:, :8], no_pos(idx[:, :8]), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("make", HEADED, ids=IDS)
+@pytest.mark.parametrize("side", [None, "left", "right"])
+@pytest.mark.parametrize("chunks", [(4, 1, 3, 2, 1, 3), (2, 5, 7), (14,)])
+@pytest.mark.parametrize("window", [1, 3, 6])
+def test_a_window_cache_takes_chunks_and_padding(make, side, chunks, window):
+    """Prefill, chunks and steps in a window equal the explicit banded attention."""
+    torch.manual_seed(window)
+    m = make().double()
+    B, T = 3, sum(chunks)
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    pad = None if side is None else random_padding(B, T, side)
+    q, k, v = m.project_heads(x)
+    expected = m.merge(window_attention(q, k, v, window, pad))
+    cache = KVCache.for_module(m, B, window=window)
+    pieces, start = [], 0
+    for t in chunks:
+        piece_pad = None if pad is None else pad[:, start : start + t]
+        pieces.append(cached_attention(m, x[:, start : start + t], cache, piece_pad))
+        start += t
+    torch.testing.assert_close(torch.cat(pieces, dim=1), expected, rtol=1e-10, atol=1e-10)
+
+
+def _kernel_with_nan_on_empty_rows(monkeypatch):
+    """Replace SDPA by one that returns NaN for query rows whose bool mask allows no key, as
+    GPU kernels have done; the CPU kernel happens to return zeros there."""
+    real_sdpa = F.scaled_dot_product_attention
+    calls = []
+
+    def sdpa(q, k, v, attn_mask=None, is_causal=False, **kw):
+        out = real_sdpa(q, k, v, attn_mask=attn_mask, is_causal=is_causal, **kw)
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            allowed = attn_mask.expand(*out.shape[:-1], k.size(-2))
+            if is_causal:
+                allowed = allowed & torch.ones(allowed.shape[-2:], dtype=torch.bool).tril()
+            calls.append(1)
+            out = out.masked_fill(~allowed.any(-1, keepdim=True), float("nan"))
+        return out
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", sdpa)
+    return calls
+
+
+@pytest.mark.parametrize("make", HEADED, ids=IDS)
+@pytest.mark.parametrize("window", [None, 4])
+def test_left_padded_prompt_in_chunks_is_finite_under_a_nan_kernel(make, window, monkeypatch):
+    """Rows with no visible key go through the library's empty-row rule in the decode and
+    chunked-prefill branches: zeros, equal to the full pass, whatever the kernel returns."""
+    torch.manual_seed(1)
+    m = make().double()
+    B, T = 2, 12
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    pad = torch.arange(T)[None, :] >= torch.tensor([[6], [3]])  # 6 and 3 padding tokens
+    if window is None:
+        expected = m(x, pad)
+    else:
+        q, k, v = m.project_heads(x)
+        expected = m.merge(window_attention(q, k, v, window, pad))
+    assert (expected[0, :6] == 0).all()
+    cache = KVCache.for_module(m, B, window=window)
+    # the prefill of a full cache is fused_attention's (its CPU route is pinned in
+    # test_fused.py); the hostile kernel covers every branch of the cache itself
+    pieces = [cached_attention(m, x[:, :2], cache, pad[:, :2])]
+    calls = _kernel_with_nan_on_empty_rows(monkeypatch)
+    for a, b in [(2, 5), (5, 6), (6, 9), (9, 10), (10, 11), (11, 12)]:
+        pieces.append(cached_attention(m, x[:, a:b], cache, pad[:, a:b]))
+    out = torch.cat(pieces, dim=1)
+    assert calls and torch.isfinite(out).all()
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_the_nan_kernel_would_break_a_bare_mask():
+    """The fake kernel above does return NaN for an all-blocked row (so the test has teeth)."""
+    q = torch.randn(1, 1, 2, 4)
+    allowed = torch.tensor([[False, False], [True, False]])
+    with pytest.MonkeyPatch.context() as mp:
+        _kernel_with_nan_on_empty_rows(mp)
+        out = F.scaled_dot_product_attention(q, q, q, attn_mask=allowed)
+    assert out[0, 0, 0].isnan().all() and torch.isfinite(out[0, 0, 1]).all()

@@ -4,13 +4,24 @@ When a model generates text it runs attention again after every new token. Token
 and value never change once computed (causality: later tokens cannot affect them), so they are
 kept in a cache. A step then projects only the new tokens and attends from their queries to the
 cached keys and values: O(d² + t·d) work for step t instead of O(t·d² + t²·d) for recomputing
-the whole sequence, with the same result (Pope et al., 2023).
+the whole sequence, with the same result. This incremental decoding is as old as autoregressive
+Transformer decoding (Shazeer, 2019, describes it; Pope et al., 2023, analyse its cost at scale).
 
 The cache holds one layer's keys and values per head, (B, h_kv, T, d_h): h_kv = 1 and d_h = d
 for :class:`attnbook.Attention`, h_kv = h for :class:`attnbook.MultiHeadAttention`, and fewer
 key/value heads than query heads for grouped-query attention. A model keeps one cache per
 layer (:meth:`attnbook.TinyModel.generate`). With ``window=W`` the cache keeps only the last W
-tokens (sliding-window attention, Beltagy et al., 2020).
+tokens in a ring of W slots (sliding-window attention, Beltagy et al., 2020; the rolling buffer
+cache of Mistral 7B, Jiang et al., 2023).
+
+The module's ``context_length`` bounds how many keys one query may see. A full cache therefore
+holds ``context_length`` tokens and refuses more. A window cache lets each query see at most
+``window <= context_length`` keys, so it accepts sequences of any length: that is what a
+rolling buffer is for (a model with learned positions still stops at its position table,
+:meth:`attnbook.TinyModel.step`).
+
+Every masked SDPA call here follows the library's empty-row rule (as :mod:`attnbook.fused`):
+a query that sees no real key outputs zeros, whatever a kernel does with an all-blocked row.
 """
 
 from __future__ import annotations
@@ -56,13 +67,15 @@ class KVCache:
 
     Attributes:
         k, v: the buffers, one slice per key/value head; only the first ``length`` positions
-            are filled (with a window: the last ``min(length, window)`` positions, in a ring).
+            are filled (with a window: position p sits in slot ``p % window``, a ring that
+            holds the last ``min(length, window)`` positions).
         real: True for real tokens, False for padding (masks keys, as ``padding_mask`` does).
         length: how many tokens have been appended (their positions are 0 .. length - 1).
         window: keep only the last ``window`` tokens (sliding-window attention); None keeps all.
+            A window cache has exactly ``window`` slots and takes any number of tokens.
 
     Shape:
-        k, v: (B, h_kv, capacity, d_h); real: (B, capacity)
+        k, v: (B, h_kv, capacity, d_h); real: (B, capacity), capacity = window with a window
     """
 
     k: torch.Tensor
@@ -75,9 +88,28 @@ class KVCache:
     def empty(cls, batch: int, capacity: int, d_head: int, n_kv_heads: int = 1, *,
               device=None, dtype: torch.dtype = torch.float32,
               window: int | None = None) -> KVCache:
-        """A cache for ``batch`` sequences: ``capacity`` positions of ``n_kv_heads`` heads."""
+        """A cache for ``batch`` sequences: ``capacity`` positions of ``n_kv_heads`` heads.
+
+        Args:
+            batch: number of sequences B.
+            capacity: the most keys one query may see (the module's context length).
+            d_head: head width d_h.
+            n_kv_heads: key/value heads h_kv.
+            device, dtype: where and in what type to allocate the buffers.
+            window: None keeps every token, up to ``capacity`` of them; an integer
+                ``1 <= window <= capacity`` keeps the last ``window`` tokens in ``window``
+                slots and accepts sequences of any length.
+
+        Raises:
+            ValueError: if ``window`` is not between 1 and ``capacity``.
+        """
         if window is not None:
-            capacity = min(capacity, window)  # a sliding window never holds more than W tokens
+            if not 1 <= window <= capacity:
+                raise ValueError(
+                    f"window must be between 1 and the context length {capacity} (the most "
+                    f"keys one query may see), got window={window}; a window of the whole "
+                    "context is the full cache: pass window=None")
+            capacity = window  # a ring of W slots: a sliding window never holds more
         k = torch.zeros(batch, n_kv_heads, capacity, d_head, device=device, dtype=dtype)
         real = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
         return cls(k=k, v=torch.zeros_like(k), real=real, window=window)
@@ -105,13 +137,17 @@ class KVCache:
         With a window, token p goes to slot ``p % window`` (a ring buffer), overwriting the token
         that has just left the window.
 
+        Raises:
+            ValueError: without a window, if the tokens do not fit in the capacity.
+
         Shape:
             k_new, v_new: (B, h_kv, t, d_h); real_new: (B, t) or None (all real)
         """
         t = k_new.size(2)
         if self.window is None and self.length + t > self.capacity:
-            raise ValueError(f"the cache holds {self.capacity} tokens; {self.length} are used "
-                             f"and {t} more do not fit")
+            raise ValueError(f"the cache holds {self.capacity} tokens (the module's "
+                             f"context_length); {self.length} are used and {t} more do not "
+                             "fit; a sliding-window cache (window=W) takes any length")
         real_new = True if real_new is None else real_new
         if self.window is None:
             slots = slice(self.length, self.length + t)
@@ -150,6 +186,10 @@ def cached_attention(
       keys 0..start + i (bottom-right), so the causal rows ``start .. start + t`` are passed as a
       (B, 1, t, L) mask.
 
+    A query that sees no real key (a left-padded prompt fed in chunks) outputs zeros, as in the
+    full forward pass (:func:`attend`). With a sliding-window cache the same three cases run
+    with the band of the window (:func:`window_step`).
+
     Args:
         attn: the module whose projections (and heads) to use: an ``Attention`` or a
             ``MultiHeadAttention`` (grouped-query included); anything else raises TypeError.
@@ -159,6 +199,10 @@ def cached_attention(
 
     Returns:
         The outputs of the new tokens.
+
+    Raises:
+        TypeError: for an unsupported module or a dtype other than the cache's.
+        ValueError: if a cache without a window would hold more than its capacity.
 
     Shape:
         x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
@@ -170,41 +214,66 @@ def cached_attention(
     t, start = x_new.size(1), cache.length
     q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
     if cache.window is not None:
-        return attn.merge(_window_step(q, k_new, v_new, cache, padding_mask))
+        return attn.merge(window_step(q, k_new, v_new, cache, padding_mask))
     cache.append(k_new, v_new, padding_mask)
-    gqa = cache.k.size(1) != q.size(1)
     L = cache.length
     k, v = cache.k[:, :, :L], cache.v[:, :, :L]  # (B, h_kv, L, d_h)
     if start == 0:  # prefill: the prompt attends to itself (is_causal + key mask)
         heads = fused_attention(q, k, v, padding_mask)
     elif t == 1:  # one new token sees every cached key: only padding is masked
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(cache.real[:, :L]),
-                                               enable_gqa=gqa)
+        heads = attend(q, k, v, key_mask(cache.real[:, :L]))
     else:  # chunked prefill: the causal rows start .. start + t, aligned bottom-right
         allowed = ~attn.mask[start:L, :L] & key_mask(cache.real[:, :L])  # (B, 1, t, L)
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
+        heads = attend(q, k, v, allowed)
     return attn.merge(heads)  # (B, t, d)
 
 
-def _window_step(q, k_new, v_new, cache: KVCache, padding_mask):
-    """Sliding-window attention of the new tokens: prefill (empty cache) or one token.
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+           allowed: torch.Tensor) -> torch.Tensor:
+    """SDPA with a bool mask (True = may attend) under the library's empty-row rule.
+
+    A query row with no allowed key is made to see every key, so no kernel meets an all-blocked
+    row (GPU kernels have returned NaN there), and its output is set to zero afterwards, with
+    zero gradients: the rule of :func:`attnbook.fused.general_masked_attention` and of the
+    explicit module. No branch reads the mask's values.
 
     Shape:
-        q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h) -> (B, h, t, d_h)
+        q: (B, h, t, d_h); k, v: (B, h_kv, L, d_h); allowed: broadcastable to (B, h, t, L)
+        -> (B, h, t, d_h)
     """
-    t, start, W = q.size(2), cache.length, cache.window
-    if start == 0:  # the prompt: explicit banded attention over itself, then keep its last W
-        out = window_attention(q, k_new, v_new, W, padding_mask)
-    elif t == 1:  # every slot in the ring holds one of the W most recent tokens
-        cache.append(k_new, v_new, padding_mask)
-        n = cache.filled()
-        k, v = cache.k[:, :, :n], cache.v[:, :, :n]  # order in the ring does not matter
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask(cache.real[:, :n]),
-                                             enable_gqa=k.size(1) != q.size(1))
-        return out
-    else:
-        raise NotImplementedError("a sliding-window cache takes the prompt in one call, then "
-                                  "one token per call")
+    empty = ~allowed.any(dim=-1, keepdim=True)  # (..., t, 1): rows that see no key
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty,
+                                         enable_gqa=k.size(1) != q.size(1))
+    return out.masked_fill(empty, 0.0)
+
+
+def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache: KVCache,
+                padding_mask: torch.Tensor | None) -> torch.Tensor:
+    """Sliding-window attention of ``t`` new tokens against the ring and each other.
+
+    Prefill, one token and chunks are one computation: the keys are the ring's (at most W
+    tokens, in slot order) followed by the new ones, and query ``start + i`` may see a key at
+    position p when ``0 <= start + i - p < W`` and the key is real. The attention runs before
+    the new tokens are written, because writing them overwrites slots an early query of the
+    chunk still needs. Slot s holds the latest position p < start with p % W == s.
+
+    Shape:
+        q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h); padding_mask: (B, t) or None
+        -> (B, h, t, d_h)
+    """
+    t, start, W, n = q.size(2), cache.length, cache.window, cache.filled()
+    device = q.device
+    slots = torch.arange(n, device=device)
+    old_pos = start - 1 - (start - 1 - slots) % W  # (n,) the position held by each slot
+    key_pos = torch.cat([old_pos, torch.arange(start, start + t, device=device)])  # (n + t,)
+    behind = torch.arange(start, start + t, device=device)[:, None] - key_pos  # (t, n + t)
+    real_new = (torch.ones(q.size(0), t, dtype=torch.bool, device=device)
+                if padding_mask is None else padding_mask)
+    real = torch.cat([cache.real[:, :n], real_new], dim=1)  # (B, n + t)
+    allowed = (behind >= 0) & (behind < W) & key_mask(real)  # (B, 1, t, n + t)
+    k = torch.cat([cache.k[:, :, :n], k_new], dim=2)  # (B, h_kv, n + t, d_h)
+    v = torch.cat([cache.v[:, :, :n], v_new], dim=2)
+    out = attend(q, k, v, allowed)
     cache.append(k_new, v_new, padding_mask)
     return out
 

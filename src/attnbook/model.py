@@ -31,7 +31,8 @@ class TinyConfig:
         n_heads: heads per attention layer (must divide d_model).
         n_layers: number of blocks.
         mlp: give each block an MLP (d -> 4d -> d) after its attention.
-        positions: add learned position embeddings (without them the model cannot tell order).
+        positions: add learned position embeddings (without them one causal layer sees only
+            the multiset of earlier tokens; a stack can recover some order, chapter 14).
         fused: run attention on the fused path (chapter 11) unless weights are asked for.
         n_kv_heads: key/value heads per layer (grouped-query attention, chapter 13); None
             means one per query head.
@@ -137,7 +138,12 @@ class TinyModel(nn.Module):
         return (logits, weights) if return_weights else logits
 
     def new_caches(self, batch: int, window: int | None = None) -> list[KVCache]:
-        """One empty KV cache per layer, (B, h_kv, context_length, d_h) each."""
+        """One empty KV cache per layer, (B, h_kv, context_length, d_h) each.
+
+        With ``window=W`` (1 <= W <= context_length) each cache is a ring of W slots
+        (sliding-window attention); a model without position embeddings can then generate past
+        its context length, one with them stops at its position table (:meth:`step`).
+        """
         return [KVCache.for_module(block.attn, batch, window=window) for block in self.blocks]
 
     def step(self, idx_new: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
@@ -145,9 +151,19 @@ class TinyModel(nn.Module):
 
         The new tokens sit at positions ``caches[0].length`` onwards.
 
+        Raises:
+            ValueError: if the model has position embeddings and the new tokens would sit past
+                its ``context_length`` (a sliding-window cache does not lengthen the table).
+
         Shape:
             idx_new: (B, t) -> (B, t, V)
         """
+        start, t = caches[0].length, idx_new.size(1)
+        if self.positions is not None and start + t > self.config.context_length:
+            raise ValueError(
+                f"positions {start} .. {start + t - 1} do not exist: the model learned "
+                f"context_length={self.config.context_length} position vectors; generate at "
+                "most that many tokens, or use a model without positions (positions=False)")
         x = self.embed(idx_new, start=caches[0].length)  # (B, t, d)
         for block, cache in zip(self.blocks, caches):
             x = block(x, cache=cache)  # (B, t, d)
