@@ -16,7 +16,7 @@ from attnbook.softmax import stable_softmax, temperature_softmax  # noqa: E402
 from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
-SCORES = [0.5, 2.0, 1.0, -1.0, 0.0, 1.6]  # one query's scaled scores over six keys
+SCORES = [0.5, 2.0, 1.0, -1.0, 0.5, 1.6]  # one query's scaled scores over six keys
 BASE = [0.0, -1.0, -3.0]  # the overflow experiment: softmax([c, c - 1, c - 3])
 
 
@@ -31,14 +31,16 @@ def temperature_figure(outdir: Path) -> Path:
     fig, axes = plt.subplots(1, len(temps), figsize=(12, 2.7), sharey=True)
     for ax, tau in zip(axes, temps):
         p = temperature_softmax(s, tau)
-        colours = ["tab:orange" if i == int(s.argmax()) else "tab:blue" for i in range(len(s))]
-        ax.bar(range(len(s)), p, color=colours)
+        top = int(s.argmax())
+        colours = ["tab:orange" if i == top else "tab:blue" for i in range(len(s))]
+        bars = ax.bar(range(len(s)), p, color=colours)
+        bars[top].set_hatch("//")  # the argmax is marked by hatching too, not by colour alone
         ax.axhline(1 / len(s), color="grey", lw=0.8, ls=":")
         ax.set_xticks(range(len(s)), TOKENS, rotation=45)
         ax.set_title(f"τ = {tau:g}")
         ax.set_ylim(0, 1.05)
     axes[0].set_ylabel("weight")
-    fig.suptitle("softmax(s / τ) of one row of scores: τ → 0 picks the argmax (orange), "
+    fig.suptitle("softmax(s / τ) of one row of scores: τ → 0 picks the argmax (orange, hatched), "
                  "τ → ∞ tends to uniform (dotted)", fontsize=10)
     fig.tight_layout()
     return save(fig, outdir, "softmax_temperature.png")
