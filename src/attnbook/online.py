@@ -152,14 +152,15 @@ def tiled_attention_forward(
             s = qi @ k[..., j0:j1, :].to(acc_dtype).transpose(-2, -1)  # (B, b, b) one tile
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
             if blocked is not None:
-                s = s.masked_fill(blocked, NEG_INF)
+                s.masked_fill_(blocked, NEG_INF)  # in place: no second (B, b, b) tile
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, b, 1)
             shift = _finite(m_new)  # rows with no visible key so far: shift by 0, not -inf
-            p = torch.exp(s - shift)  # (B, b, b); exactly 0 where blocked
+            p = (s - shift).exp_()  # (B, b, b); exactly 0 where blocked
             alpha = torch.exp(m - shift)  # (B, b, 1) rescales what earlier tiles summed
             l = alpha * l + p.sum(dim=-1, keepdim=True)
             acc = alpha * acc + p @ v[..., j0:j1, :].to(acc_dtype)  # (B, b, d_v)
             m = m_new
+            del s, p  # freed before the next tile: at most two (B, b, b) tiles at once
         # A row with l = 0 saw no key: divide by 1 so its output is 0, not 0 / 0 = NaN.
         out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)  # the one cast to q's dtype
         lse[..., i0:i1, :] = m + torch.log(l)  # log(0) = -inf marks an empty row
