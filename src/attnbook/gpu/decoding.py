@@ -25,7 +25,8 @@ def flash_decoding(
     *,
     n_split: int = 4,
     block_n: int | None = None,
-) -> torch.Tensor:
+    return_partials: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Attention of one query per sequence to all of its keys, the keys split ``n_split`` ways.
 
     The query is the newest token, so every key in the cache is at or before it: no causal
@@ -43,10 +44,13 @@ def flash_decoding(
         n_split: how many programs share one query's keys.
         block_n: keys per step of each program's loop (a power of 2); None takes it from
             :func:`attnbook.gpu.configs.decoding_config`.
+        return_partials: also return what the split kernel wrote: each split's normalised
+            partial output and log-sum-exp, in :func:`merge_partials`'s layout.
 
     Returns:
         The output of the one query, the same as attending with :class:`attnbook.Attention`
-        from the last position.
+        from the last position. With ``return_partials``: ``(out, outs, lses)``, where
+        ``merge_partials(outs, lses)`` is ``out`` (up to the final cast to q's dtype).
 
     Raises:
         ValueError: a q with more than one query, or shapes that do not fit together.
@@ -54,7 +58,9 @@ def flash_decoding(
 
     Shape:
         q: (B, 1, d) or (B, h, 1, d_h); k, v: (B, T, d) or (B, h_kv, T, d_h), h a multiple of
-        h_kv; padding_mask: (B, T) -> same as q
+        h_kv; padding_mask: (B, T) -> same as q; with ``return_partials`` also
+        outs: (n_split, *q.shape) and lses: (n_split, *q.shape[:-1], 1), float32 (float64 for
+        float64 inputs)
     """
     check_shapes(q, k, v, padding_mask)
     if q.size(-2) != 1:
@@ -90,7 +96,77 @@ def flash_decoding(
     kernels.flash_decoding_merge_kernel[(B * h,)](
         o_part, lse_part, out, n_split, S_PAD=max(2, 1 << (n_split - 1).bit_length()),
         D=d, D_PAD=_d_pad(d))
-    return out[:, 0] if three_d else out
+    out = out[:, 0] if three_d else out
+    if not return_partials:
+        return out
+    outs = o_part.permute(2, 0, 1, 3).unsqueeze(3)  # (n_split, B, h, 1, d)
+    lses = lse_part.permute(2, 0, 1)[..., None, None]  # (n_split, B, h, 1, 1)
+    if three_d:
+        outs, lses = outs[:, :, 0], lses[:, :, 0]  # (n_split, B, 1, d), (n_split, B, 1, 1)
+    return out, outs, lses
+
+
+def split_partials(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    padding_mask: torch.Tensor | None = None,
+    *,
+    n_split: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What Flash-Decoding's split programs compute, in PyTorch: no Triton, any device.
+
+    The keys are cut as :func:`flash_decoding` cuts them, into chunks of ``ceil(T / n_split)``
+    (the last ones shorter, or empty); each split attends to its chunk alone and keeps its
+    normalised output and log-sum-exp, in float32 (float64 for float64 inputs). A split that
+    sees no real key has output 0 and log-sum-exp ``-inf``. ``merge_partials(outs, lses)`` is
+    the attention output over all keys.
+
+    Args:
+        q: the new query of each sequence (and head).
+        k, v: the cached keys and values; with grouped-query attention fewer heads than q.
+        padding_mask: True for real keys, False for padding; None if all are real.
+        n_split: how many chunks the keys are cut into.
+
+    Returns:
+        ``(outs, lses)``, each split's partial output and log-sum-exp.
+
+    Raises:
+        ValueError: a q with more than one query, shapes that do not fit together, or
+            ``n_split < 1``.
+
+    Shape:
+        q: (B, 1, d) or (B, h, 1, d_h); k, v: (B, T, d) or (B, h_kv, T, d_h); padding_mask:
+        (B, T) -> outs: (n_split, *q.shape), lses: (n_split, *q.shape[:-1], 1)
+    """
+    check_shapes(q, k, v, padding_mask)
+    if q.size(-2) != 1:
+        raise ValueError(f"split_partials takes one query per sequence and head, (B, 1, d) or "
+                         f"(B, h, 1, d_h); got q of shape {tuple(q.shape)}")
+    if n_split < 1:
+        raise ValueError(f"n_split must be at least 1, got {n_split}")
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q4, k4, v4 = (_as_4d(t).to(acc) for t in (q, k, v))  # (B, h, 1, d), (B, h_kv, T, d)
+    g = q4.size(1) // k4.size(1)  # query heads per key/value head: head c*g + i reads head c
+    k4, v4 = k4.repeat_interleave(g, dim=1), v4.repeat_interleave(g, dim=1)  # (B, h, T, d)
+    T = k4.size(2)
+    s = q4 @ k4.transpose(-2, -1) / math.sqrt(q4.size(-1))  # (B, h, 1, T)
+    if padding_mask is not None:
+        s = s.masked_fill(~padding_mask[:, None, None, :], float("-inf"))
+    chunk = math.ceil(T / n_split) if T else 1
+    outs, lses = [], []
+    for split in range(n_split):
+        part = slice(min(split * chunk, T), min((split + 1) * chunk, T))
+        sp = s[..., part]  # (B, h, 1, c)
+        lse = torch.logsumexp(sp, dim=-1, keepdim=True) if sp.size(-1) else \
+            sp.new_full((*sp.shape[:-1], 1), float("-inf"))  # (B, h, 1, 1)
+        w = torch.exp(sp - lse.masked_fill(lse == float("-inf"), 0.0))  # 0 where masked
+        outs.append(w @ v4[..., part, :])  # (B, h, 1, d): 0 for a split with no real key
+        lses.append(lse)
+    outs, lses = torch.stack(outs), torch.stack(lses)  # (n_split, B, h, 1, d), (..., 1)
+    if q.dim() == 3:
+        outs, lses = outs[:, :, 0], lses[:, :, 0]
+    return outs, lses
 
 
 def merge_partials(outs: torch.Tensor, lses: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,53 @@ def flash_io(N: int, d: int, block_m: int, block_n: int, causal: bool = False) -
     return total
 
 
+def flash_flops(N: int, d: int, block_m: int, block_n: int, causal: bool = False) -> int:
+    """FLOPs of this book's forward kernel: the two products of every tile its loop visits.
+
+    The same loop as :func:`flash_io`: a query block of ``r`` rows against ``n`` keys costs
+    ``2 r n d`` for the scores and ``2 r n d`` for the weighted sum (2 FLOPs per multiply-add).
+    Causal, the diagonal tiles are computed whole and masked, so the count is a little more
+    than half of ``4 N² d``.
+    """
+    total = 0
+    for i0 in range(0, N, block_m):
+        rows = min(block_m, N - i0)
+        hi = min(i0 + block_m, N) if causal else N
+        n_keys = min(math.ceil(hi / block_n) * block_n, N)
+        total += 4 * rows * n_keys * d
+    return total
+
+
+def decoding_bytes(T: int, d: int, *, g: int = 1, n_split: int = 1, bytes_per: int = 2,
+                   partial_bytes: int = 4) -> int:
+    """HBM bytes of one decoding step of :func:`attnbook.gpu.flash_decoding`, per key/value head.
+
+    The ``g`` query heads that share the head read its keys and values once (``2 T d``
+    elements), read their ``g`` queries and write ``g`` outputs. Each query's ``n_split``
+    programs also write a partial output and log-sum-exp each (float32), which the merge
+    kernel reads back: ``2 n_split (d + 1)`` more elements per query.
+
+    Args:
+        T: cached tokens; d: head width; g: query heads per key/value head (1 without
+            grouped-query attention).
+        n_split: splits per query; bytes_per: bytes per element of the cache, query and
+            output; partial_bytes: bytes per element of the partials.
+
+    Returns:
+        The bytes read and written, an integer.
+
+    Raises:
+        ValueError: a size below 1.
+    """
+    if min(T, d, g, n_split, bytes_per, partial_bytes) < 1:
+        raise ValueError(f"T, d, g, n_split, bytes_per and partial_bytes must be at least 1, "
+                         f"got T={T}, d={d}, g={g}, n_split={n_split}, bytes_per={bytes_per}, "
+                         f"partial_bytes={partial_bytes}")
+    cache = (2 * T * d + 2 * g * d) * bytes_per  # K, V once; g queries read, g outputs written
+    partials = 2 * g * n_split * (d + 1) * partial_bytes  # written by the splits, read back
+    return cache + partials
+
+
 def flash_io_bound(N: int, d: int, M: int) -> float:
     """The leading term of :func:`flash_io` with blocks as large as SRAM of M elements allows.
 
