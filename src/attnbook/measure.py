@@ -1,24 +1,43 @@
 """Measuring tools shared by the labs of Part III and the benchmarks: tensor memory and time.
 
-``LiveTensorBytes`` counts the bytes of the tensors PyTorch's operators keep alive (exact and the
-same on every run); ``best_time`` is the least disturbed time of a call; ``timings`` keeps every
-repeat, so a report can give a median and its spread.
+``LiveTensorBytes`` counts the bytes of the tensors a call creates and keeps alive (exact and
+the same on every run). Time has one protocol, used by every lab and by ``benchmarks/``:
+
+* :func:`compare` times several calls **interleaved** (one repeat of each in turn, so a change
+  in the machine's load hits all of them alike) after ``warmup`` untimed rounds, on a stated
+  number of threads, and keeps every repeat: a :class:`Timing` gives the median and the spread;
+* :func:`timings` is the same for one call; :func:`best_time` its minimum (kept for the labs
+  that quote a best time);
+* :func:`keep_freed_memory` fixes the C allocator's behaviour first. With glibc's defaults a
+  freed buffer of many MiB is returned to the operating system, so the next call of the same
+  function gets fresh pages and pays to have them mapped and zeroed, page by page; whether that
+  happens depends on what the process allocated before (glibc adapts its threshold), which made
+  the same call take twice as long in one lab as in another. :func:`fresh_pages` fixes the
+  opposite behaviour, to measure that cost on purpose.
+
+Kernel-level GPU timing (CUDA events, L2 flushing) is :func:`attnbook.gpu.timing.benchmark`;
+on the CPU it runs the loop of :func:`timings`.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
 class LiveTensorBytes:
     """Peak bytes of the tensors PyTorch's operators create and keep alive during a call.
 
-    A ``TorchDispatchMode`` sees every operator's outputs; each new storage is counted until the
-    last tensor that views it is freed. It counts tensors, not the allocator: a kernel's private
-    scratch buffers and the inputs passed in are not included. The count is exact and the same
-    on every run, unlike the resident set of a process.
+    A ``TorchDispatchMode`` sees every operator's outputs. An output that is a new storage is
+    counted until the last tensor that views it is freed; an output that is a view of an
+    operator's input (the operator's schema says it aliases, e.g. ``q[:, None]``, ``view``,
+    ``transpose``, in-place ops) adds nothing, so the storages that existed before the call,
+    the inputs included, are never counted. It counts tensors, not the allocator: a kernel's
+    private scratch buffers are not included. The count is exact and the same on every run,
+    unlike the resident set of a process.
 
     Usage::
 
@@ -27,8 +46,8 @@ class LiveTensorBytes:
     """
 
     @staticmethod
-    def of(fn) -> int:
-        """The peak bytes of the tensors created (and still alive) while ``fn()`` runs."""
+    def of(fn: Callable[[], object]) -> int:
+        """The peak bytes of the storages allocated (and still alive) while ``fn()`` runs."""
         import weakref
 
         import torch
@@ -36,7 +55,7 @@ class LiveTensorBytes:
         from torch.utils._pytree import tree_leaves
 
         state = {"live": 0, "peak": 0}
-        refs: dict[int, int] = {}  # storage address -> live tensors viewing it
+        refs: dict[int, int] = {}  # address of a storage created in the call -> live views
 
         def release(key: int, nbytes: int) -> None:
             refs[key] -= 1
@@ -44,20 +63,28 @@ class LiveTensorBytes:
                 del refs[key]
                 state["live"] -= nbytes
 
+        def track(t: torch.Tensor, new: bool) -> None:
+            storage = t.untyped_storage()
+            key, nbytes = storage.data_ptr(), storage.nbytes()
+            if key not in refs:
+                if not new:  # a view of a storage from before the call: not ours to count
+                    return
+                refs[key] = 0
+                state["live"] += nbytes
+                state["peak"] = max(state["peak"], state["live"])
+            refs[key] += 1
+            weakref.finalize(t, release, key, nbytes)
+
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
                 out = func(*args, **(kwargs or {}))
-                for t in tree_leaves(out):
-                    if not isinstance(t, torch.Tensor):
-                        continue
-                    storage = t.untyped_storage()
-                    key, nbytes = storage.data_ptr(), storage.nbytes()
-                    if key not in refs:
-                        refs[key] = 0
-                        state["live"] += nbytes
-                        state["peak"] = max(state["peak"], state["live"])
-                    refs[key] += 1
-                    weakref.finalize(t, release, key, nbytes)
+                outs = out if isinstance(out, (tuple, list)) else (out,)
+                returns = func._schema.returns
+                for i, o in enumerate(outs):
+                    aliases = i < len(returns) and returns[i].alias_info is not None
+                    for t in tree_leaves(o):
+                        if isinstance(t, torch.Tensor):
+                            track(t, new=not aliases)
                 return out
 
         with Mode():
@@ -67,52 +94,27 @@ class LiveTensorBytes:
         return peak
 
 
-def best_time(fn, repeats: int = 7, threads: int | None = 1) -> float:
-    """The shortest of ``repeats`` timed calls of ``fn()``, in seconds, after one warm-up call.
-
-    The minimum, not the median, and one thread by default: on a machine shared with other
-    programs these are the least disturbed. On CUDA the device is synchronised around each call.
-
-    Args:
-        fn: the call to time.
-        repeats: timed calls after the warm-up.
-        threads: CPU threads for PyTorch during the calls (None: leave as it is).
-    """
-    import time
-
-    import torch
-
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
-        fn()
-        sync()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            sync()
-            times.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(before)
-    return min(times)
-
-
 @dataclass
 class Timing:
     """Repeated times of one call, in seconds: the median and how far the repeats spread.
 
     Attributes:
-        times: every timed repeat.
+        times: every timed repeat (seconds).
+        threads: the CPU threads PyTorch used (None: not set by the helper).
+        warmup: untimed calls before the first timed one.
     """
 
     times: list[float]
+    threads: int | None = None
+    warmup: int = 0
 
     @property
     def median(self) -> float:
         return statistics.median(self.times)
+
+    @property
+    def min(self) -> float:
+        return min(self.times)
 
     @property
     def spread(self) -> float:
@@ -123,26 +125,123 @@ class Timing:
     def repeats(self) -> int:
         return len(self.times)
 
+    def __str__(self) -> str:
+        threads = "" if self.threads is None else f", {self.threads} thread(s)"
+        return (f"{self.median * 1e3:.3g} ms (median of {self.repeats}, ±{50 * self.spread:.0f}%"
+                f"{threads})")
 
-def timings(fn, repeats: int = 5, threads: int | None = None, warmup: int = 1) -> Timing:
-    """Time ``repeats`` calls of ``fn()`` after ``warmup`` untimed ones (threads as in best_time).
+
+def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int | None = 1,
+            warmup: int = 2) -> dict[str, Timing]:
+    """Time several calls interleaved: ``warmup`` untimed rounds, then ``repeats`` timed ones.
+
+    Each round calls every function once, in order, so slow moments of a shared machine fall
+    on all of them alike; ratios of medians from one ``compare`` are the numbers to quote. Two
+    warm-up rounds: the first call picks kernels and allocates, the second finds the allocator
+    as every later call will. On CUDA the device is synchronised around each call.
+
+    Args:
+        fns: name -> the call to time.
+        repeats: timed rounds.
+        threads: CPU threads for PyTorch during the calls (None: leave as it is); restored after.
+        warmup: untimed rounds.
+
+    Returns:
+        name -> :class:`Timing` (seconds).
+
+    Raises:
+        ValueError: ``repeats < 1`` or ``warmup < 0``.
+    """
+    import torch
+
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    try:
+        for _ in range(warmup):
+            for fn in fns.values():
+                fn()
+        sync()
+        for _ in range(repeats):
+            for name, fn in fns.items():
+                start = time.perf_counter()
+                fn()
+                sync()
+                times[name].append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(before)
+    return {name: Timing(ts, threads, warmup) for name, ts in times.items()}
+
+
+def timings(fn: Callable[[], object], repeats: int = 5, threads: int | None = 1,
+            warmup: int = 2) -> Timing:
+    """Time ``repeats`` calls of ``fn()`` after ``warmup`` untimed ones (see :func:`compare`).
 
     Shape:
         fn: () -> anything
     """
-    import torch
+    return compare({"fn": fn}, repeats, threads, warmup)["fn"]
 
-    before = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
+
+def best_time(fn: Callable[[], object], repeats: int = 7, threads: int | None = 1) -> float:
+    """The shortest of ``repeats`` timed calls of ``fn()``, in seconds (see :func:`timings`).
+
+    The minimum is the least disturbed repeat on a machine shared with other programs; the
+    labs quote medians from :func:`compare` instead, with their spread.
+    """
+    return timings(fn, repeats, threads).min
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters
+
+
+def _mallopt(*settings: tuple[int, int]) -> bool:
+    """Apply glibc mallopt settings; False where there is no glibc (macOS, Windows, musl)."""
+    import ctypes
+    import ctypes.util
+
     try:
-        for _ in range(warmup):
-            fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-    finally:
-        torch.set_num_threads(before)
-    return Timing(times)
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    return all(mallopt(param, value) == 1 for param, value in settings)
+
+
+def keep_freed_memory() -> bool:
+    """Let the C allocator keep freed buffers for reuse (glibc only; elsewhere nothing changes).
+
+    Sets glibc's mmap threshold to its maximum, 32 MiB (buffers up to that size come from the
+    heap and are reused), and its trim threshold to 1 GiB (freed heap memory is kept). The
+    setting is fixed, so it does not depend on what the process did before. It stays for the
+    rest of the process; it changes speed only, never a result.
+
+    Returns:
+        Whether the setting was applied.
+    """
+    return _mallopt((_M_MMAP_THRESHOLD, 32 * 2**20), (_M_TRIM_THRESHOLD, 2**30))
+
+
+def fresh_pages() -> bool:
+    """Give every buffer above 128 KiB fresh pages from the operating system (glibc only).
+
+    The opposite of :func:`keep_freed_memory`, and also fixed: each large tensor is mapped when
+    it is created and returned when it is freed, so a call pays to fault in its pages every time.
+
+    Returns:
+        Whether the setting was applied.
+    """
+    return _mallopt((_M_MMAP_THRESHOLD, 128 * 2**10), (_M_TRIM_THRESHOLD, 128 * 2**10))
+
+
+def conditions() -> str:
+    """The load averages (1, 5, 15 min) and the core count: what a timing was measured under."""
+    try:
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    except OSError:  # not available on this system
+        load = "unknown"
+    return f"load average {load} on {os.cpu_count()} cores"

@@ -1,4 +1,4 @@
-"""Checks for the lab "The cost of attention", and two measuring tools for the labs of Part III."""
+"""Checks for the lab "The cost of attention", and the measuring tools of Part III's labs."""
 
 from __future__ import annotations
 
@@ -39,5 +39,12 @@ def check_score_flops(answer, B: int, T: int, d: int) -> Feedback:
     return check_number(answer, right, mistakes, "the FLOPs")
 
 
-# The two measuring tools live in attnbook.measure; re-exported here for the labs of Part III.
-from ..measure import LiveTensorBytes, best_time  # noqa: E402, F401
+# The measuring tools live in attnbook.measure; re-exported here for the labs of Part III.
+from ..measure import (  # noqa: E402, F401
+    LiveTensorBytes,
+    best_time,
+    compare,
+    conditions,
+    fresh_pages,
+    keep_freed_memory,
+)

@@ -10,17 +10,19 @@ for a kernel of tens of microseconds that idle gap, not the kernel, would be mea
 call reads its inputs from HBM rather than from the L2 cache, as in ``triton.testing.do_bench``.
 
 On the CPU the same helper times with ``time.perf_counter``, which is right there: CPU work
-is finished when the call returns.
+is finished when the call returns. That loop is :func:`attnbook.measure.timings`, the one the
+CPU labs and ``benchmarks/`` use.
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
+
+from ..measure import timings
 
 
 @dataclass(frozen=True)
@@ -61,15 +63,11 @@ def benchmark(fn: Callable[[], object], device: torch.device | str | None = None
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
+    if device.type != "cuda":  # the labs' CPU loop (attnbook.measure), threads left as they are
+        cpu = timings(fn, repeats=repeats, threads=None, warmup=warmup)
+        return _summary([t * 1e3 for t in cpu.times], "cpu")
     for _ in range(warmup):
         fn()
-    if device.type != "cuda":
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append((time.perf_counter() - start) * 1e3)
-        return _summary(times, "cpu")
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device) if flush_l2 else None
     events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
               for _ in range(repeats)]
