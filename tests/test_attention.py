@@ -10,17 +10,44 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from attnbook import Attention, blocked_positions, to_key_padding_mask, to_sdpa_mask
+from attnbook import Attention
+
+
+def reference_allowed(T: int, padding_mask=None, device=None) -> torch.Tensor:
+    """True where query i may attend to key j, written out here from the definition.
+
+    Not built with attnbook's ``blocked_positions`` or ``to_sdpa_mask``: a reference that builds
+    its mask with the code under test shares that code's bugs
+    (tests/test_reference_independence.py breaks ``blocked_positions`` to show it).
+
+    Shape:
+        (T, T) without padding_mask, (B, T, T) with a (B, T) padding_mask (True = real).
+    """
+    allowed = torch.ones(T, T, dtype=torch.bool, device=device).tril()  # key j <= query i
+    if padding_mask is not None:
+        allowed = allowed & padding_mask[:, None, :]  # ... and key j is a real token
+    return allowed
 
 
 def sdpa_reference(m: Attention, x: torch.Tensor, padding_mask=None) -> torch.Tensor:
-    """The same attention through torch's scaled_dot_product_attention."""
+    """The same attention through torch's scaled_dot_product_attention, mask built from scratch."""
     q, k, v = m.query(x), m.key(x), m.value(x)
-    if padding_mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    T = x.shape[1]
-    allowed = to_sdpa_mask(blocked_positions(m.mask[:T, :T], padding_mask))  # (B, T, T)
+    allowed = reference_allowed(x.shape[1], padding_mask, x.device)  # SDPA: True = may attend
     return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def mha_reference(m: Attention, x: torch.Tensor, padding_mask=None) -> torch.Tensor:
+    """The same attention through a one-head nn.MultiheadAttention holding m's weights."""
+    d, T = m.d_model, x.shape[1]
+    mha = nn.MultiheadAttention(d, num_heads=1, bias=False, batch_first=True)
+    mha = mha.to(device=x.device, dtype=x.dtype)
+    with torch.no_grad():  # MHA keeps W_q, W_k, W_v stacked in one (3d, d) matrix
+        mha.in_proj_weight.copy_(torch.cat([m.query.weight, m.key.weight, m.value.weight]))
+        mha.out_proj.weight.copy_(torch.eye(d))
+    ignore = None if padding_mask is None else ~padding_mask  # MHA: True = ignore this key
+    out, _ = mha(x, x, x, attn_mask=~reference_allowed(T, device=x.device),  # True = blocked
+                 key_padding_mask=ignore, need_weights=False)
+    return out
 
 
 @settings(max_examples=25, deadline=None)
@@ -33,31 +60,28 @@ def test_matches_sdpa_causal(B, T, d, seed):
 
 
 @settings(max_examples=25, deadline=None)
-@given(B=st.integers(1, 3), T=st.integers(1, 12), d=st.integers(1, 16), seed=st.integers(0, 10**6))
-def test_matches_sdpa_with_right_padding(B, T, d, seed):
+@given(B=st.integers(1, 3), T=st.integers(1, 12), d=st.integers(1, 16), seed=st.integers(0, 10**6),
+       side=st.sampled_from(["right", "left"]))
+def test_matches_sdpa_with_padding(B, T, d, seed, side):
     g = torch.Generator().manual_seed(seed)
     m = Attention(d, context_length=16).double()
     x = torch.randn(B, T, d, dtype=torch.float64, generator=g)
-    pad = random_padding(B, T, "right", generator=g)
+    pad = random_padding(B, T, side, generator=g)
     out, ref = m(x, pad), sdpa_reference(m, x, pad)
     # Padded queries' rows are ignored by every consumer; compare the real ones.
     torch.testing.assert_close(out[pad], ref[pad], rtol=1e-10, atol=1e-10)
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_matches_multihead_attention(seed):
+@pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("seed", range(3))
+def test_matches_multihead_attention(seed, side):
     torch.manual_seed(seed)
     B, T, d = 3, 9, 12
     m = Attention(d, context_length=T).double()
-    mha = nn.MultiheadAttention(d, num_heads=1, bias=False, batch_first=True).double()
-    with torch.no_grad():  # MHA keeps W_q, W_k, W_v stacked in one (3d, d) matrix
-        mha.in_proj_weight.copy_(torch.cat([m.query.weight, m.key.weight, m.value.weight]))
-        mha.out_proj.weight.copy_(torch.eye(d, dtype=torch.float64))
     x = torch.randn(B, T, d, dtype=torch.float64)
-    pad = random_padding(B, T, "right")
-    ref, _ = mha(x, x, x, attn_mask=m.mask[:T, :T],  # MHA's bool attn_mask: True = blocked
-                 key_padding_mask=to_key_padding_mask(pad), need_weights=False)
-    torch.testing.assert_close(m(x, pad)[pad], ref[pad], rtol=1e-10, atol=1e-10)
+    pad = random_padding(B, T, side)
+    torch.testing.assert_close(m(x, pad)[pad], mha_reference(m, x, pad)[pad],
+                               rtol=1e-10, atol=1e-10)
 
 
 def test_weights_are_causal_distributions():
@@ -224,9 +248,9 @@ def test_attend_on_heads_matches_sdpa_4d():
     m = Attention(8, 10).double()
     B, h, T, d_h = 2, 4, 7, 2
     q, k, v = (torch.randn(B, h, T, d_h, dtype=torch.float64) for _ in range(3))
-    pad = random_padding(B, T, "right")
+    pad = random_padding(B, T, "left")
     out, w = m.attend(q, k, v, pad)
-    allowed = to_sdpa_mask(blocked_positions(m.mask[:T, :T], pad))[:, None]  # (B, 1, T, T)
+    allowed = reference_allowed(T, pad)[:, None]  # (B, 1, T, T)
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
     real = pad[:, None, :, None].expand_as(out)
     torch.testing.assert_close(out[real], ref[real])

@@ -17,7 +17,7 @@ from torch.autograd import gradcheck
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnbook import Attention, to_key_padding_mask
+from attnbook import Attention
 
 B, T, d = 2, 6, 4
 TOL = {"rtol": 1e-10, "atol": 1e-10}
@@ -79,8 +79,9 @@ def test_mha_with_weights_agrees_with_ours():
     x = torch.randn(B, T, d, dtype=torch.float64)
     pad = random_padding(B, T, "right")
     out, weights = m(x, pad, return_weights=True)
-    ref, ref_weights = mha_copy_of(m)(x, x, x, attn_mask=m.mask,
-                                      key_padding_mask=to_key_padding_mask(pad),
+    # Masks written out, not taken from the module or attnbook's converters (True = blocked).
+    future = ~torch.ones(T, T, dtype=torch.bool).tril()
+    ref, ref_weights = mha_copy_of(m)(x, x, x, attn_mask=future, key_padding_mask=~pad,
                                       need_weights=True)
     torch.testing.assert_close(out[pad], ref[pad], **TOL)
     torch.testing.assert_close(weights[pad], ref_weights[pad], **TOL)

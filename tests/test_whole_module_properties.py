@@ -41,21 +41,39 @@ def test_causal_mask_breaks_equivariance():
     torch.testing.assert_close(m(x[:, swap])[:, 2:], m(x)[:, 2:], rtol=1e-12, atol=1e-12)
 
 
+def one_line_formula(m: Attention, x: torch.Tensor, padding_mask: torch.Tensor) -> torch.Tensor:
+    """Y = softmax(Q K^T / sqrt(d) + M) V by hand: no attnbook step, no SDPA, no MHA.
+
+    M is written out from its definition (-inf where key j > query i or key j is padding), and
+    a row with no visible key, where the formula is 0/0, gets the library's stated policy, 0.
+    """
+    B, T, d = x.shape
+    Q, K, V = x @ m.query.weight.T, x @ m.key.weight.T, x @ m.value.weight.T  # (B, T, d)
+    future = torch.arange(T)[None, :] > torch.arange(T)[:, None]  # (T, T): j > i
+    M = torch.zeros(B, T, T, dtype=x.dtype)  # additive: 0 = keep, -inf = blocked
+    M = M.masked_fill(future | ~padding_mask[:, None, :], -math.inf)
+    Y = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d) + M, dim=-1) @ V  # NaN if empty
+    empty = (M == -math.inf).all(dim=-1)  # (B, T): rows with no visible key
+    return Y.masked_fill(empty[..., None], 0.0)
+
+
 def test_module_is_the_one_line_formula():
-    """Y = softmax(Q K^T / sqrt(d) + M) V by hand in float64: no attnbook step, no SDPA, no MHA.
+    """The module against the formula in float64, on every row: real, padded and empty.
 
     SDPA and nn.MultiheadAttention(need_weights=False) share a kernel, so agreeing with both is
-    one check, not two; this formula shares no code with either (the spy proves SDPA is unused).
+    one check, not two; this formula shares no code with either (the spy proves SDPA is unused)
+    nor with attnbook's masks. The batch has right padding, left padding (whose first rows see
+    no key), no padding, and a sequence with no real token at all (every row empty).
     """
-    B, T, d = 3, 7, 5
+    B, T, d = 4, 7, 5
     m = Attention(d, T).double()
     x = torch.randn(B, T, d, dtype=torch.float64)
-    pad = random_padding(B, T, "right")  # (B, T), True = real
+    pad = torch.tensor([[1, 1, 1, 1, 1, 0, 0],  # right padding
+                        [0, 0, 0, 1, 1, 1, 1],  # left padding: rows 0-2 are empty
+                        [1, 1, 1, 1, 1, 1, 1],  # no padding
+                        [0, 0, 0, 0, 0, 0, 0]], dtype=torch.bool)  # no real token
     with mock.patch("torch.nn.functional.scaled_dot_product_attention") as sdpa:
-        Q, K, V = x @ m.query.weight.T, x @ m.key.weight.T, x @ m.value.weight.T  # (B, T, d)
-        future = torch.arange(T)[None, :] > torch.arange(T)[:, None]  # (T, T): j > i
-        M = torch.zeros(B, T, T, dtype=torch.float64)  # additive: 0 = keep, -inf = blocked
-        M = M.masked_fill(future | ~pad[:, None, :], -math.inf)
-        Y = torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(d) + M, dim=-1) @ V
+        Y = one_line_formula(m, x, pad)
     assert sdpa.call_count == 0
-    torch.testing.assert_close(m(x, pad)[pad], Y[pad], rtol=1e-12, atol=1e-12)
+    assert Y[1, :3].eq(0).all() and Y[3].eq(0).all() and Y[pad].ne(0).all()
+    torch.testing.assert_close(m(x, pad), Y, rtol=1e-12, atol=1e-12)

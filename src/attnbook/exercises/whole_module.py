@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from ..masks import blocked_positions, causal_mask, to_additive_mask
+from ..masks import causal_mask, to_additive_mask
 from . import Feedback, check_tensor
 
 
@@ -36,8 +36,11 @@ def check_sdpa_mask(answer, padding_mask: torch.Tensor) -> Feedback:
     """
     B, T = padding_mask.shape
     causal = causal_mask(T, device=padding_mask.device)  # (T, T), True = blocked
-    blocked = blocked_positions(causal, padding_mask)  # (B, T, T), True = blocked
     keys = padding_mask[:, None, :]  # (B, 1, T): real keys
+    # The answer is written out from the definition, not built with blocked_positions: a check
+    # that shares the library's code would accept the library's bugs.
+    ones = torch.ones(T, T, dtype=torch.bool, device=padding_mask.device)
+    blocked = ~(ones.tril() & keys)  # (B, T, T), True = blocked
     mistakes = {
         "our blocked mask itself: SDPA's bool attn_mask means True = may attend, so invert it "
         "(~blocked, or attnbook.to_sdpa_mask)": blocked,
