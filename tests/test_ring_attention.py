@@ -54,7 +54,8 @@ def _padding(kind: str, B: int, T: int, P: int) -> torch.Tensor | None:
 def _cases(P: int) -> list[dict]:
     g = torch.Generator().manual_seed(P)
     cases = []
-    for layout in ("contiguous", "zigzag"):
+    for layout, kernel in [("contiguous", "tiled"), ("zigzag", "tiled"),
+                           ("contiguous", "fused"), ("zigzag", "fused")]:
         for T, pad_kind, causal, heads in [
             (4 * P, "none", True, 0),  # a multiple of 2P: no end padding
             (4 * P + 3, "none", True, 0),  # T not divisible by P: masked keys at the end
@@ -69,8 +70,9 @@ def _cases(P: int) -> list[dict]:
             q, k, v, dout = (torch.randn(shape, dtype=torch.float64, generator=g)
                              for _ in range(4))
             cases.append(dict(q=q, k=k, v=v, dout=dout, padding_mask=_padding(pad_kind, B, T, P),
-                              causal=causal, layout=layout, block_size=2,
-                              name=f"{layout}, T={T}, {pad_kind}, causal={causal}, h={heads}"))
+                              causal=causal, layout=layout, block_size=2, kernel=kernel,
+                              name=f"{layout}, {kernel}, T={T}, {pad_kind}, causal={causal}, "
+                                   f"h={heads}"))
     return cases
 
 

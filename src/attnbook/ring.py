@@ -2,11 +2,18 @@
 
 Each of the P ranks of a process group holds a shard of the queries, keys and values. In P
 steps the key/value shards travel once around the ring (rank r sends to r + 1 and receives
-from r - 1); at every step a rank attends from its queries to the shard it holds with chapter
-10's tiled attention, and folds the result into its running state with the online-softmax
-merge. No rank ever holds more than two key/value shards (Liu et al., 2023). The backward runs
+from r - 1); at every step a rank attends from its queries to the shard it holds (with
+PyTorch's fused CPU kernel, which returns the log-sum-exp the merge needs, or with chapter 10's
+tiled attention) and folds the result into its running state with the online-softmax merge
+(Liu et al., 2023). Besides its own keys and values, which the caller keeps, a rank holds the
+shard it computes on and the one arriving: three shards at steps 1 to P - 2. The backward runs
 the same ring again, recomputing from the saved log-sum-exp; the gradients for keys and values
-travel with their shard and arrive home after the last step.
+travel with their shard and arrive home after the last step. Every transfer is posted before a
+step's compute and waited on after it, the gradients' included.
+
+``simulate_ring`` and ``simulate_ring_grads`` play all ranks in one process with the same
+per-step functions; their ``record`` list receives what each rank did at each step (see
+:mod:`attnbook.ring_trace`).
 
 A sequence is cut into 2P chunks of equal length (padded at the end with masked keys when T is
 not a multiple of 2P); every rank holds two chunks. ``"contiguous"`` gives rank r chunks 2r and
@@ -29,6 +36,7 @@ import torch.distributed as dist
 from .online import NEG_INF, _finite, tiled_attention_backward, tiled_attention_forward
 
 LAYOUTS = ("contiguous", "zigzag")
+KERNELS = ("auto", "fused", "tiled")
 
 
 def chunk_ids(rank: int, world: int, layout: str = "zigzag") -> tuple[int, int]:
@@ -101,6 +109,7 @@ def ring_attention(
     layout: str = "zigzag",
     group: dist.ProcessGroup | None = None,
     block_size: int = 256,
+    kernel: str = "auto",
 ) -> torch.Tensor:
     """Attention over a sequence sharded across the ranks of ``group``, by ring.
 
@@ -112,23 +121,33 @@ def ring_attention(
         causal: block keys in the future of each query (``j > i``, in global positions).
         layout: ``"contiguous"`` or ``"zigzag"``; how the shards were cut (:func:`chunk_ids`).
         group: the process group (default: the world group).
-        block_size: tile size of the per-step tiled attention.
+        block_size: tile size of the per-step tiled attention (``kernel="tiled"``).
+        kernel: the per-step attention: ``"fused"`` (PyTorch's CPU flash kernel, which returns
+            the log-sum-exp), ``"tiled"`` (chapter 10's Python loop) or ``"auto"`` (fused where
+            it is available, see :func:`pick_kernel`).
 
     Returns:
         This rank's outputs, equal to its shard of :meth:`attnbook.Attention.attend` on the
         whole sequence up to rounding. A query with no visible key outputs zeros.
 
+    Raises:
+        ValueError: for an unknown layout or kernel, or ``"fused"`` off the CPU.
+
     Shape:
         q, k, v: (B, 2c, d) or (B, h, 2c, d_h); padding_mask: (B, 2c) -> same as q
     """
     chunk_ids(0, 1, layout)  # reject an unknown layout before any communication
+    kernel = pick_kernel(kernel, q)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad:
-        return RingAttention.apply(q, k, v, padding_mask, causal, layout, group, block_size)
-    return ring_attention_forward(q, k, v, padding_mask, causal, layout, group, block_size)[0]
+        return RingAttention.apply(q, k, v, padding_mask, causal, layout, group, block_size,
+                                   kernel)
+    return ring_attention_forward(q, k, v, padding_mask, causal, layout, group, block_size,
+                                  kernel)[0]
 
 
-def ring_attention_forward(q, k, v, padding_mask, causal, layout, group, block_size):
+def ring_attention_forward(q, k, v, padding_mask, causal, layout, group, block_size,
+                           kernel="tiled"):
     """P steps: attend to the key/value shard in hand while the next one is on its way.
 
     Returns:
@@ -144,56 +163,67 @@ def ring_attention_forward(q, k, v, padding_mask, causal, layout, group, block_s
         src = (rank - step) % world  # whose keys and values this rank holds now
         if step < world - 1:  # post the exchange first: it runs while we compute
             arriving, pending = pass_on(held, group)
-        k_s, v_s, mask_s = (*held, None)[:3]  # the shard in hand
-        fold_shard(state, q, k_s, v_s, mask_s, chunk_ids(rank, world, layout),
-                   chunk_ids(src, world, layout), causal, block_size)
+        fold_shard(state, q, *held[:2], held[2] if len(held) == 3 else None,
+                   chunk_ids(rank, world, layout), chunk_ids(src, world, layout), causal,
+                   block_size, kernel)
         if step < world - 1:
-            for work in pending:
-                work.wait()
-            held = arriving
-    return finish_state(state)
+            wait_all(pending)
+            held, arriving, pending = arriving, None, None  # the shard in hand is freed
+    return finish_state(state, q.dtype)
 
 
 def ring_attention_backward(dout, q, k, v, out, lse, padding_mask, causal, layout, group,
-                            block_size):
+                            block_size, kernel="tiled"):
     """The ring again: dk and dv travel with their shard and take one last step home.
+
+    A step adds its share into fresh buffers first, and only then waits for the travelling
+    sums of the same shard (sent by the previous rank one step earlier) and adds them in: the
+    gradient transfer runs during the compute, like the keys and values.
 
     Shape:
         dout, out: (..., 2c, d_v); q, k, v: (..., 2c, d); lse: (..., 2c, 1)
         -> dq, dk, dv with the shapes of q, k, v
     """
     rank, world = dist.get_rank(group), dist.get_world_size(group)
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    dq = torch.zeros_like(q, dtype=lse.dtype)
     held = [k, v] if padding_mask is None else [k, v, padding_mask]
+    grads_in = grads_out = None  # the travelling dk, dv: arriving / being sent, with their work
     for step in range(world):
         src = (rank - step) % world
         if step < world - 1:  # the next keys and values do not depend on this step
             arriving, pending = pass_on(held, group)
-        k_s, v_s, mask_s = (*held, None)[:3]
-        shard_grads(dq, dk, dv, dout, q, k_s, v_s, out, lse, mask_s,
-                    chunk_ids(rank, world, layout), chunk_ids(src, world, layout), causal,
-                    block_size)
-        if world > 1:  # dk, dv include this step's share: they can only leave now
-            grads, sent = pass_on([dk, dv], group)
-            for work in sent:
-                work.wait()
-            dk, dv = grads
+        dk_s = torch.zeros_like(held[0], dtype=lse.dtype)  # this step's share for shard src
+        dv_s = torch.zeros_like(held[1], dtype=lse.dtype)
+        shard_grads(dq, dk_s, dv_s, dout, q, *held[:2], out, lse,
+                    held[2] if len(held) == 3 else None, chunk_ids(rank, world, layout),
+                    chunk_ids(src, world, layout), causal, block_size, kernel)
+        if grads_in is not None:  # shard src's sums from ranks src .. rank - 1, sent last step
+            wait_all(grads_in[1])  # also completes our own send of the step before
+            dk_s += grads_in[0][0]
+            dv_s += grads_in[0][1]
+        if world > 1:  # post dk, dv to rank + 1 (after the last step: home to their owner)
+            grads_in = pass_on([dk_s, dv_s], group)
+            grads_out = dk_s, dv_s  # kept alive until the send completes
+        else:
+            grads_in = ([dk_s, dv_s], [])
         if step < world - 1:
-            for work in pending:
-                work.wait()
-            held = arriving
-    return dq, dk, dv  # after P steps and P passes, dk and dv are back with their owner
+            wait_all(pending)
+            held, arriving, pending = arriving, None, None
+    wait_all(grads_in[1])  # after P steps and P passes, dk and dv are back with their owner
+    del grads_out
+    dk, dv = grads_in[0]
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 class RingAttention(torch.autograd.Function):
     """Ring attention whose backward runs the ring again, recomputing from the saved lse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, padding_mask, causal, layout, group, block_size):
+    def forward(ctx, q, k, v, padding_mask, causal, layout, group, block_size, kernel):
         out, lse = ring_attention_forward(q, k, v, padding_mask, causal, layout, group,
-                                          block_size)
+                                          block_size, kernel)
         ctx.save_for_backward(q, k, v, out, lse, padding_mask)  # this rank's shards only
-        ctx.args = causal, layout, group, block_size
+        ctx.args = causal, layout, group, block_size, kernel
         return out
 
     @staticmethod
@@ -201,7 +231,7 @@ class RingAttention(torch.autograd.Function):
         q, k, v, out, lse, padding_mask = ctx.saved_tensors
         dq, dk, dv = ring_attention_backward(dout.contiguous(), q, k, v, out, lse,
                                              padding_mask, *ctx.args)
-        return dq, dk, dv, None, None, None, None, None
+        return dq, dk, dv, None, None, None, None, None, None
 
 
 def pass_on(tensors: list[torch.Tensor], group) -> tuple[list[torch.Tensor], list]:
@@ -217,6 +247,101 @@ def pass_on(tensors: list[torch.Tensor], group) -> tuple[list[torch.Tensor], lis
     ops += [dist.P2POp(dist.irecv, t, group=group, group_peer=(rank - 1) % world)
             for t in arriving]
     return arriving, dist.batch_isend_irecv(ops)
+
+
+def wait_all(work: list) -> None:
+    """Wait for every posted send and receive of one :func:`pass_on`."""
+    for w in work:
+        w.wait()
+
+
+def fused_available() -> bool:
+    """Whether this PyTorch has the CPU flash kernel that returns the log-sum-exp."""
+    return hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu")
+
+
+def pick_kernel(kernel: str, q: torch.Tensor) -> str:
+    """``"fused"`` or ``"tiled"``: ``"auto"`` takes the fused kernel for CPU tensors if present.
+
+    Raises:
+        ValueError: for an unknown name, or ``"fused"`` for tensors not on the CPU.
+    """
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    on_cpu = q.device.type == "cpu"
+    if kernel == "auto":
+        return "fused" if on_cpu and fused_available() else "tiled"
+    if kernel == "fused" and not (on_cpu and fused_available()):
+        raise ValueError(f"kernel='fused' needs CPU tensors and PyTorch's CPU flash kernel; got "
+                         f"a tensor on {q.device}: use kernel='tiled' or 'auto'")
+    return kernel
+
+
+def _fused_bias(padding_mask, q) -> torch.Tensor | None:
+    """A key mask as the additive bias the CPU flash kernel takes: 0 or -inf, (B, 1, 1, c)."""
+    if padding_mask is None:
+        return None
+    bias = torch.zeros(padding_mask.shape, dtype=q.dtype, device=q.device)
+    return bias.masked_fill(~padding_mask, NEG_INF)[:, None, None, :]
+
+
+def _no_visible_key(padding_mask, diagonal: bool, c: int) -> torch.Tensor | None:
+    """True for the query rows of one chunk pair that see no real key there; (B, c, 1) or None."""
+    if padding_mask is None:
+        return None
+    seen = padding_mask.cumsum(-1) if diagonal else padding_mask.sum(-1, keepdim=True)
+    return (seen == 0).expand(-1, c)[..., None]
+
+
+def attend_pair(q, k, v, padding_mask, diagonal: bool, block_size: int, kernel: str):
+    """One (query chunk, key chunk) pair: the normalised output and log-sum-exp of each query.
+
+    ``"fused"`` calls PyTorch's CPU flash kernel (the op behind ``scaled_dot_product_attention``
+    on the CPU), which also returns the log-sum-exp; it reports 0 for a row with no visible key,
+    so that row's is set to ``-inf`` here, which the merge adds as nothing. ``"tiled"`` is
+    chapter 10's ``tiled_attention_forward``. ``diagonal``: a chunk with itself, causal mask.
+
+    Shape:
+        q: (..., c, d), k, v: (..., c, d), (..., c, d_v); padding_mask: (B, c) or None
+        -> (..., c, d_v), (..., c, 1)
+    """
+    if kernel == "tiled":
+        return tiled_attention_forward(q, k, v, padding_mask, diagonal, block_size)
+    one_head = q.dim() == 3  # the kernel takes (B, h, c, d): one head becomes h = 1
+    q4, k4, v4 = (t.unsqueeze(1) if one_head else t for t in (q, k, v))
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q4, k4, v4, 0.0, diagonal, attn_mask=_fused_bias(padding_mask, q))
+    lse = lse[..., None]  # (B, h, c, 1)
+    empty = _no_visible_key(padding_mask, diagonal, q.size(-2))
+    if empty is not None:
+        lse = lse.masked_fill(empty[:, None], NEG_INF)
+    return (out.squeeze(1), lse.squeeze(1)) if one_head else (out, lse)
+
+
+def pair_grads(dout, q, k, v, out, lse, padding_mask, diagonal: bool, block_size: int,
+               kernel: str):
+    """dq, dk, dv of one (query chunk, key chunk) pair, from the final ``out`` and ``lse``.
+
+    The weights are recomputed as ``exp(s - lse)`` with the log-sum-exp over *all* keys, so the
+    pair's share of the gradient comes out directly. A row with no visible key anywhere
+    (``lse = -inf``) is given ``lse = 0``: its scores are all ``-inf``, its weights exactly 0.
+
+    Shape:
+        like :func:`attend_pair`, plus dout, out: (..., c, d_v), lse: (..., c, 1)
+        -> the shapes of q, k, v
+    """
+    if kernel == "tiled":
+        return tiled_attention_backward(dout, q, k, v, out, lse, padding_mask, diagonal,
+                                        block_size)
+    one_head = q.dim() == 3
+    dout4, q4, k4, v4, out4 = (t.unsqueeze(1) if one_head else t
+                               for t in (dout, q, k, v, out))
+    lse4 = _finite(lse[..., 0]).to(q.dtype)  # (B, h, c); the kernel reads it as q's dtype
+    lse4 = lse4.unsqueeze(1) if one_head else lse4
+    grads = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+        dout4, q4, k4, v4, out4, lse4.contiguous(), 0.0, diagonal,
+        attn_mask=_fused_bias(padding_mask, q))
+    return tuple(g.squeeze(1) for g in grads) if one_head else grads
 
 
 def chunk_pairs(q_chunks: tuple[int, int], k_chunks: tuple[int, int],
@@ -238,9 +363,10 @@ def chunk_pairs(q_chunks: tuple[int, int], k_chunks: tuple[int, int],
 
 
 def new_state(q: torch.Tensor, v: torch.Tensor) -> list[torch.Tensor]:
-    """(m, l, acc) before any key: m = -inf, l = 0, acc = 0."""
-    m = q.new_full((*q.shape[:-1], 1), NEG_INF)  # (..., 2c, 1)
-    return [m, torch.zeros_like(m), q.new_zeros((*q.shape[:-1], v.size(-1)))]
+    """(m, l, acc) before any key: m = -inf, l = 0, acc = 0 (float32 for half inputs)."""
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    m = q.new_full((*q.shape[:-1], 1), NEG_INF, dtype=dtype)  # (..., 2c, 1)
+    return [m, torch.zeros_like(m), q.new_zeros((*q.shape[:-1], v.size(-1)), dtype=dtype)]
 
 
 def merge_block(state: list[torch.Tensor], rows: slice, out_b: torch.Tensor,
@@ -260,59 +386,161 @@ def merge_block(state: list[torch.Tensor], rows: slice, out_b: torch.Tensor,
     state[2][..., rows, :] = alpha * acc + beta * out_b
 
 
-def finish_state(state: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``out = acc / l`` (an empty row, l = 0, gives 0) and ``lse = m + log l``."""
+def finish_state(state: list[torch.Tensor],
+                 dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``out = acc / l`` (an empty row, l = 0, gives 0; cast to ``dtype``) and
+    ``lse = m + log l``."""
     m, l, acc = state
-    return acc / l.masked_fill(l == 0, 1.0), m + torch.log(l)
+    out = acc / l.masked_fill(l == 0, 1.0)
+    return (out if dtype is None else out.to(dtype)), m + torch.log(l)
 
 
-def fold_shard(state, q, k, v, padding_mask, q_chunks, k_chunks, causal, block_size) -> None:
-    """One ring step: attend from this rank's queries to one key/value shard, merge the result."""
+def fold_shard(state, q, k, v, padding_mask, q_chunks, k_chunks, causal, block_size,
+               kernel="tiled", record=None) -> None:
+    """One ring step: attend from this rank's queries to one key/value shard, merge the result.
+
+    ``record``, if a list, receives one dict per chunk pair computed: its ``q_chunk``,
+    ``k_chunk``, ``diagonal`` and the pair's ``out`` and ``lse`` (the partial state merged).
+    """
     c = q.size(-2) // 2  # tokens per chunk; a shard is two chunks
     for a, b, diagonal in chunk_pairs(q_chunks, k_chunks, causal):
         qs, ks = slice(a * c, (a + 1) * c), slice(b * c, (b + 1) * c)  # query, key chunk
         mask = None if padding_mask is None else padding_mask[:, ks]  # (B, c)
-        out_b, lse_b = tiled_attention_forward(q[..., qs, :], k[..., ks, :], v[..., ks, :],
-                                               mask, diagonal, block_size)  # (B, c, d_v), (B, c, 1)
+        out_b, lse_b = attend_pair(q[..., qs, :], k[..., ks, :], v[..., ks, :], mask, diagonal,
+                                   block_size, kernel)  # (B, c, d_v), (B, c, 1)
+        if record is not None:
+            record.append({"q_chunk": q_chunks[a], "k_chunk": k_chunks[b],
+                           "diagonal": diagonal, "out": out_b.clone(), "lse": lse_b.clone()})
         merge_block(state, qs, out_b, lse_b)
 
 
 def shard_grads(dq, dk, dv, dout, q, k, v, out, lse, padding_mask, q_chunks, k_chunks, causal,
-                block_size) -> None:
-    """One backward ring step: add this shard pair's gradients into dq and the travelling dk, dv."""
+                block_size, kernel="tiled", record=None) -> None:
+    """One backward ring step: add this shard pair's gradients into dq and the step's dk, dv.
+
+    ``record``, if a list, receives one dict per chunk pair computed: ``q_chunk``, ``k_chunk``,
+    ``diagonal`` and the pair's contributions ``dq``, ``dk``, ``dv``.
+    """
     c = q.size(-2) // 2
     for a, b, diagonal in chunk_pairs(q_chunks, k_chunks, causal):
         qs, ks = slice(a * c, (a + 1) * c), slice(b * c, (b + 1) * c)
         mask = None if padding_mask is None else padding_mask[:, ks]
-        g = tiled_attention_backward(dout[..., qs, :], q[..., qs, :], k[..., ks, :],
-                                     v[..., ks, :], out[..., qs, :], lse[..., qs, :], mask,
-                                     diagonal, block_size)
+        g = pair_grads(dout[..., qs, :], q[..., qs, :], k[..., ks, :], v[..., ks, :],
+                       out[..., qs, :], lse[..., qs, :], mask, diagonal, block_size, kernel)
+        if record is not None:
+            record.append({"q_chunk": q_chunks[a], "k_chunk": k_chunks[b],
+                           "diagonal": diagonal, "dq": g[0].clone(), "dk": g[1].clone(),
+                           "dv": g[2].clone()})
         dq[..., qs, :] += g[0]
         dk[..., ks, :] += g[1]
         dv[..., ks, :] += g[2]
 
 
-def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True,
-                  layout: str = "zigzag", block_size: int = 256) -> torch.Tensor:
-    """The forward ring run by one process playing all ``world`` ranks (for reading and labs).
+def _tagged(record, **tags):
+    """A list whose appended dicts get ``tags`` added and go on to ``record`` (or None)."""
+    if record is None:
+        return None
 
-    The same :func:`fold_shard` and :func:`merge_block` as :func:`ring_attention`; the ring is
-    a list whose shards move one place per step instead of messages between processes.
+    class Tagged(list):
+        def append(self, item):
+            record.append({**tags, **item})
 
-    Shape:
-        q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
-    """
-    ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
+    return Tagged()
+
+
+def _simulate_forward(ranks, world, causal, layout, block_size, kernel, record):
+    """The forward ring in one process; per rank (out, lse). ``ranks``: shard_inputs per rank."""
     states = [new_state(qr, vr) for qr, _, vr, _ in ranks]
     held = [(kr, vr, mr) for _, kr, vr, mr in ranks]  # held[r]: the shard rank r has now
     for step in range(world):
         for r in range(world):
             src = (r - step) % world
             fold_shard(states[r], ranks[r][0], *held[r], chunk_ids(r, world, layout),
-                       chunk_ids(src, world, layout), causal, block_size)
+                       chunk_ids(src, world, layout), causal, block_size, kernel,
+                       _tagged(record, kind="pair", pass_="forward", step=step, rank=r,
+                               src=src))
         held = [held[(r - 1) % world] for r in range(world)]  # every rank passes to r + 1
-    outs = [finish_state(s)[0] for s in states]
-    return unshard(outs, q.size(-2), layout)
+    return [finish_state(s, qr.dtype) for s, (qr, *_) in zip(states, ranks)]
+
+
+def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True,
+                  layout: str = "zigzag", block_size: int = 256, kernel: str = "tiled",
+                  record: list | None = None) -> torch.Tensor:
+    """The forward ring run by one process playing all ``world`` ranks (for reading and labs).
+
+    The same :func:`fold_shard` and :func:`merge_block` as :func:`ring_attention`; the ring is
+    a list whose shards move one place per step instead of messages between processes.
+
+    Args:
+        record: a list that receives, in order, one dict per chunk pair a rank computes:
+            ``kind="pair"``, ``pass_="forward"``, ``step``, ``rank``, ``src`` (whose shard
+            it holds) and :func:`fold_shard`'s keys. None records nothing.
+
+    Shape:
+        q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
+    """
+    kernel = pick_kernel(kernel, q)
+    ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
+    outs = _simulate_forward(ranks, world, causal, layout, block_size, kernel, record)
+    return unshard([o for o, _ in outs], q.size(-2), layout)
+
+
+def simulate_ring_grads(q, k, v, dout, padding_mask=None, *, world: int, causal: bool = True,
+                        layout: str = "zigzag", block_size: int = 256, kernel: str = "tiled",
+                        record: list | None = None):
+    """Forward and backward ring in one process: the output and the gradients for q, k, v.
+
+    The backward is :func:`ring_attention_backward`'s: each step's share of dk, dv goes into
+    fresh buffers, the travelling sums of the same shard (from the previous rank) are added,
+    and the result passes to rank + 1; after the last step it arrives home.
+
+    Args:
+        dout: the gradient arriving at the output (whole sequence).
+        record: a list that receives the forward's dicts (see :func:`simulate_ring`), then per
+            backward step, rank by rank: one ``kind="pair"`` dict per chunk pair computed
+            (:func:`shard_grads`' keys) and one ``kind="send"`` dict with the ``dk`` and ``dv``
+            sums of shard ``src`` that the rank passes to ``to`` (``home`` when ``to == src``).
+
+    Returns:
+        ``out, dq, dk, dv`` for the whole sequence.
+
+    Shape:
+        q, k, v, dout: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> four like q
+    """
+    kernel = pick_kernel(kernel, q)
+    T = q.size(-2)
+    ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
+    douts = [shard(dout, r, world, layout) for r in range(world)]
+    outs = _simulate_forward(ranks, world, causal, layout, block_size, kernel, record)
+    dqs = [torch.zeros_like(qr, dtype=outs[r][1].dtype) for r, (qr, *_) in enumerate(ranks)]
+    held = [(kr, vr, mr) for _, kr, vr, mr in ranks]
+    travelling = [None] * world  # the dk, dv sums that arrive with the shard a rank holds
+    for step in range(world):
+        sent = []
+        for r in range(world):
+            src = (r - step) % world
+            (qr, *_), (out_r, lse_r) = ranks[r], outs[r]
+            dk_s = torch.zeros_like(held[r][0], dtype=lse_r.dtype)
+            dv_s = torch.zeros_like(held[r][1], dtype=lse_r.dtype)
+            shard_grads(dqs[r], dk_s, dv_s, douts[r], qr, *held[r][:2], out_r, lse_r,
+                        held[r][2], chunk_ids(r, world, layout), chunk_ids(src, world, layout),
+                        causal, block_size, kernel,
+                        _tagged(record, kind="pair", pass_="backward", step=step, rank=r,
+                                src=src))
+            if travelling[r] is not None:
+                dk_s += travelling[r][0]
+                dv_s += travelling[r][1]
+            sent.append((dk_s, dv_s))
+            if record is not None:
+                record.append({"kind": "send", "pass_": "backward", "step": step, "rank": r,
+                               "src": src, "to": (r + 1) % world, "dk": dk_s.clone(),
+                               "dv": dv_s.clone()})
+        travelling = [sent[(r - 1) % world] for r in range(world)]  # rank r passes to r + 1
+        held = [held[(r - 1) % world] for r in range(world)]
+    # After P passes rank r holds the sums of shard r: its own gradients.
+    parts = [[o.to(q.dtype) for o, _ in outs], [g.to(q.dtype) for g in dqs],
+             [t[0].to(k.dtype) for t in travelling], [t[1].to(v.dtype) for t in travelling]]
+    return tuple(unshard(p, T, layout) for p in parts)
 
 
 def visible_scores(T: int, world: int, layout: str = "zigzag",
@@ -341,9 +569,10 @@ def spawn_ring(cases: list[dict], world: int, timeout: float = 120.0) -> list[di
     """Run ring attention on ``world`` real processes (gloo on 127.0.0.1); one start for all cases.
 
     Each case is a dict with the whole-sequence ``q``, ``k``, ``v`` and optionally
-    ``padding_mask``, ``causal`` (True), ``layout`` ("zigzag"), ``block_size`` (256) and
-    ``dout``, the gradient arriving at the output. Every process shards the case, runs
-    :func:`ring_attention` (and its backward when ``dout`` is given), and rank 0 gathers.
+    ``padding_mask``, ``causal`` (True), ``layout`` ("zigzag"), ``block_size`` (256),
+    ``kernel`` ("auto") and ``dout``, the gradient arriving at the output. Every process shards
+    the case, runs :func:`ring_attention` (and its backward when ``dout`` is given), and rank 0
+    gathers.
 
     Returns:
         One dict per case: ``out`` and, with ``dout``, ``dq``, ``dk``, ``dv``, all for the whole
@@ -383,7 +612,8 @@ def _spawned_rank(rank: int, world: int, port: int, path: str) -> None:
             dout = case.get("dout")
             with torch.set_grad_enabled(dout is not None):
                 out = ring_attention(q, k, v, mask, causal=case.get("causal", True),
-                                     layout=layout, block_size=case.get("block_size", 256))
+                                     layout=layout, block_size=case.get("block_size", 256),
+                                     kernel=case.get("kernel", "auto"))
             found = {"out": out.detach()}
             if dout is not None:
                 out.backward(shard(dout, rank, world, layout))
