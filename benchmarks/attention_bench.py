@@ -5,9 +5,10 @@ memory, targets met or not), then writes the figures the book shows. The parts, 
 
 * ``bench_methods.py``: what is compared (explicit, fused, online, nn.MultiheadAttention with and
   without is_causal, raw 4-D and 3-D SDPA, padded rows: left, right, mixed, the general route);
-* ``bench_timing.py``: interleaved repeats per point, the matmul ceiling, FLOP counts;
+* ``bench_timing.py``: interleaved repeats per point (the labs' protocol, ``attnbook.measure``),
+  the matmul ceiling, FLOP counts;
 * ``bench_memory.py``: peak memory, each configuration in a fresh process;
-* ``bench_kv.py``: generation with and without the KV cache, 1 and 2 threads;
+* ``bench_kv.py``: generation with and without the KV cache, 1 and 2 threads, interleaved;
 * ``bench_report.py``: the tables and the targets; ``bench_figures.py``: the figures.
 
 Usage:
@@ -37,6 +38,8 @@ from bench_methods import METHODS, MODES, PADDED, SINGLE_THREAD  # noqa: E402
 from bench_report import report  # noqa: E402
 from bench_timing import matmul_gflops, time_point  # noqa: E402
 
+from attnbook.measure import conditions, keep_freed_memory  # noqa: E402
+
 
 @dataclass
 class Config:
@@ -50,7 +53,7 @@ class Config:
     kv_tokens: int = 256
     kv_prompt: int = 16
     kv_width: int = 64
-    kv_repeats: int = 3
+    kv_repeats: int = 5
     matmul_n: int = 2048
     memory_methods: tuple[str, ...] = ("explicit", "fused", "online", "mha", "sdpa",
                                        "online_autograd", "fused_left", "fused_right",
@@ -71,15 +74,15 @@ def machine_description() -> str:
         cpu = names[0] if names else cpu
     except OSError:
         pass
-    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return (f"{cpu}, {os.cpu_count()} cores, torch {torch.__version__} "
             f"({torch.get_num_threads()} threads), Python {platform.python_version()}, "
-            f"{platform.system()}; load average (1, 5, 15 min) {load}")
+            f"{platform.system()}")
 
 
 def run(cfg: Config) -> str:
     start = time.perf_counter()
-    load_before = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    kept = keep_freed_memory()  # the labs' allocator setting: freed buffers are reused
+    load = {"start": conditions()}
     gflops = matmul_gflops(cfg.matmul_n)
     times = {}
     for d in cfg.widths:
@@ -92,12 +95,22 @@ def run(cfg: Config) -> str:
     jobs = [(m, d, T, ("fwd+bwd",) if m == "online_autograd" else tuple(MODES))
             for d in cfg.widths for T in cfg.lengths for m in cfg.memory_methods]
     print(f"  timing done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
+    load["after the timing"] = conditions()
     memory = measure_memory(cfg.B, jobs)
     print(f"  memory done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
     kv = kv_benchmark(cfg.B, cfg.kv_width, cfg.kv_prompt, cfg.kv_tokens, cfg.kv_repeats)
     print(f"  KV cache done after {time.perf_counter() - start:.0f} s", file=sys.stderr)
     gflops = max(gflops, matmul_gflops(cfg.matmul_n))  # again at the end: the better of two
-    machine = machine_description() + f" at the end ({load_before} at the start)"
+    load["end"] = conditions()
+    machine = machine_description() + (
+        "\n\nConditions (the one record of them; the book cites it): "
+        + "; ".join(f"{when}: {what}" for when, what in load.items())
+        + ". A load average near or above the core count means other programs were running "
+        "during the run: read single times with care, and the ratios (every repeat interleaves "
+        "the methods it compares) with less. Timing protocol: `attnbook.measure.compare`, two "
+        "warm-up rounds, then interleaved repeats, medians; the C allocator "
+        + ("keeps freed buffers for reuse (`keep_freed_memory`)" if kept else
+           "with its default settings (no glibc here)") + ".")
     text, _ = report(cfg, times, memory, gflops, kv, machine)
     text += f"\n\nWhole run: {time.perf_counter() - start:.0f} s.\n"
     if cfg.figures is not None:

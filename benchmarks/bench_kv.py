@@ -1,5 +1,11 @@
 """KV-cache generation for the attention benchmark: medians of repeats, 1 and 2 threads.
 
+Every repeat runs all generators with and without the cache on 1 and on 2 threads, interleaved
+(``attnbook.measure.compare``), and the load average is recorded before and after: on a machine
+whose two cores other programs also use, a two-thread parallel region waits for a core at every
+operation, which slowed the recomputing generators by up to 15 times in an earlier run that timed
+each thread count in a block of its own.
+
 Three generators, each with and without the cache: one head (attnbook.Attention), four heads
 (attnbook.MultiHeadAttention), and the tiny model (TinyModel.generate, two layers of four heads).
 Without the cache every step reruns the whole sequence on the fused path.
@@ -7,14 +13,11 @@ Without the cache every step reruns the whole sequence on the fused path.
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 
 from attnbook import Attention, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import KVCache, cached_attention, generate
-from attnbook.measure import timings
+from attnbook.measure import compare, conditions
 
 GENERATORS = ["one head", "4 heads", "tiny model"]
 
@@ -36,16 +39,28 @@ def kv_benchmark(B: int, d: int, prompt_len: int, tokens: int, repeats: int,
             calls[name, cache] = (lambda m=m, c=cache: generate(m, prompt, tokens, use_cache=c))
     for cache in (True, False):
         calls["tiny model", cache] = (lambda c=cache: model.generate(ids, tokens, use_cache=c))
-    times = {(name, cache, n): timings(fn, repeats=repeats, threads=n)
-             for n in threads for (name, cache), fn in calls.items()}
+    load_before = conditions()
+    times = compare({(name, cache, n): on_threads(fn, n)
+                     for n in threads for (name, cache), fn in calls.items()},
+                    repeats, threads=None, warmup=1)
+    load = f"{load_before} before, {conditions()} after"
     diffs = {name: (generate(m, prompt, tokens) - generate(m, prompt, tokens, use_cache=False))
              .abs().max().item() for name, m in modules.items()}
     same_tokens = bool(torch.equal(model.generate(ids, tokens),
                                    model.generate(ids, tokens, use_cache=False)))
     return dict(times=times, max_diff=diffs, same_tokens=same_tokens, B=B, d=d, tokens=tokens,
-                repeats=repeats,
+                repeats=repeats, load=load,
                 prompt=prompt_len, threads=threads, per_step=per_step(modules["one head"], B, d,
                                                                       tokens))
+
+
+def on_threads(fn, n: int):
+    """``fn`` run on ``n`` threads. Each repeat of ``compare`` runs every generator on 1 and on
+    2 threads in turn, so a busy moment of the machine falls on both thread counts alike."""
+    def call():
+        torch.set_num_threads(n)  # a fraction of a microsecond
+        return fn()
+    return call
 
 
 def per_step(attn: Attention, B: int, d: int, tokens: int) -> dict:
@@ -57,15 +72,11 @@ def per_step(attn: Attention, B: int, d: int, tokens: int) -> dict:
             x = torch.randn(B, L + 1, d)
             cache = KVCache.for_module(attn, B)
             cached_attention(attn, x[:, :L], cache)
-            ts_c, ts_r = [], []
-            for _ in range(5):
-                cache.length = L
-                t0 = time.perf_counter()
-                cached_attention(attn, x[:, L:], cache)
-                ts_c.append(time.perf_counter() - t0)
-                t0 = time.perf_counter()
-                attn(x)
-                ts_r.append(time.perf_counter() - t0)
-            out["cache"].append(statistics.median(ts_c))
-            out["recompute"].append(statistics.median(ts_r))
+
+            def step(L=L, x=x, cache=cache):
+                cache.length = L  # back to L cached tokens: every repeat times the same step
+                return cached_attention(attn, x[:, L:], cache)
+            t = compare({"cache": step, "recompute": lambda x=x: attn(x)}, 5, threads=None)
+            out["cache"].append(t["cache"].median)
+            out["recompute"].append(t["recompute"].median)
     return out

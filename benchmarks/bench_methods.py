@@ -1,6 +1,8 @@
 """The methods the attention benchmark compares, each built as a function x -> y.
 
-Every method uses the same seeded projection weights, so they compute the same attention:
+Every method uses the same seeded projection weights, so all seven compute the same function
+(``nn.MultiheadAttention``'s output projection, which it always applies, is set to the identity;
+``tests/test_benchmark_quick.py`` checks that the outputs agree):
 
 * ``explicit`` (attnbook.Attention, step by step), ``fused`` (Attention(fused=True)), ``online``
   (attnbook.online.tiled_attention with its recomputing backward), ``online_autograd`` (plain
@@ -114,9 +116,10 @@ def build(method: str, d: int, T: int, B: int) -> Callable[[torch.Tensor], torch
         return sdpa
     if method in ("mha", "mha_causal"):
         mha = nn.MultiheadAttention(d, num_heads=1, bias=False, batch_first=True)
-        with torch.no_grad():  # the same W_q, W_k, W_v, stacked; MHA adds an output projection
-            mha.in_proj_weight.copy_(torch.cat([ref.query.weight, ref.key.weight,
-                                                ref.value.weight]))
+        with torch.no_grad():  # the same W_q, W_k, W_v, stacked; the output projection it
+            mha.in_proj_weight.copy_(torch.cat([ref.query.weight, ref.key.weight,  # always
+                                                ref.value.weight]))  # applies is the identity
+            mha.out_proj.weight.copy_(torch.eye(d))  # so it computes the same function
         blocked = ref.mask[:T, :T]  # MHA's bool attn_mask: True = blocked, like ours
         hint = method == "mha_causal"
 

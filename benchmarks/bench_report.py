@@ -23,9 +23,9 @@ def report(cfg, times, memory, gflops, kv, machine) -> tuple[str, list]:
     lines = [f"Machine: {machine}", "",
              f"Matmul throughput (float32, {cfg.matmul_n}² @ {cfg.matmul_n}²): "
              f"{gflops:.1f} GFLOP/s", "",
-             "Each time cell: median ms over the repeats (ratio of medians; ± half the spread "
-             "(max − min) of the repeats, in % of the median). Repeats per point in the last "
-             "column.", ""]
+             "Each time cell: median ms over the repeats, after two warm-up rounds (ratio of "
+             "medians; ± half the spread (max − min) of the repeats, in % of the median). The "
+             "repeats interleave the methods. Repeats per point in the last column.", ""]
     for mode in MODES:
         lines += [f"### Time, {mode} (ms; ratio to sdpa), B={cfg.B}", "",
                   "| d | T | " + " | ".join(METHODS) + " | fused GFLOP/s (% of matmul) | repeats |",
@@ -84,6 +84,8 @@ def report(cfg, times, memory, gflops, kv, machine) -> tuple[str, list]:
 def kv_table(kv) -> list[str]:
     lines = [f"### KV cache: {kv['tokens']} tokens after a {kv['prompt']}-token prompt, "
              f"B={kv['B']}, d={kv['d']} (median of {kv['repeats']} generations)", "",
+             "Each repeat runs every row, 1 and 2 threads, in turn. Load: " + kv["load"] + ".",
+             "",
              "| generator | threads | with cache (s) | recomputing (s) | speed-up |",
              "|---|---|---|---|---|"]
     for name in GENERATORS:

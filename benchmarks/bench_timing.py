@@ -2,50 +2,35 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import torch
 from bench_methods import build, inputs, step
 from torch import nn
 
-from attnbook.measure import Timing
+from attnbook.measure import Timing, compare, timings
 
 
 def time_point(B: int, d: int, T: int, mode: str, methods: list[str], repeats: int,
                budget_s: float) -> dict[str, Timing]:
-    """Every repeat of each method at one (B, T, d, mode).
+    """Every repeat of each method at one (B, T, d, mode), by the labs' protocol.
 
-    The repeats interleave the methods, so that a change in the machine's load affects all of
-    them alike; after ``budget_s`` seconds a point stops at three repeats or more.
+    ``attnbook.measure.compare``: two warm-up rounds, then repeats that interleave the methods,
+    so that a change in the machine's load affects all of them alike; after ``budget_s``
+    seconds a point stops at three repeats or more. Threads as set for the run (the ``_1t``
+    methods switch to one inside the call).
     """
     x, g = inputs(B, T, d, mode)
     fns = {m: build(m, d, T, B) for m in methods}
     for f in fns.values():
         f.train(mode != "fwd") if isinstance(f, nn.Module) else None
-        step(f, x, mode, g)  # warm-up: kernels chosen, buffers touched
-    times: dict[str, list[float]] = {m: [] for m in methods}
-    start = time.perf_counter()
-    for r in range(repeats):
-        for m, f in fns.items():
-            t0 = time.perf_counter()
-            step(f, x, mode, g)
-            times[m].append(time.perf_counter() - t0)
-        if r >= 2 and time.perf_counter() - start > budget_s:
-            break
-    return {m: Timing(ts) for m, ts in times.items()}
+    calls = {m: (lambda f=f: step(f, x, mode, g)) for m, f in fns.items()}
+    return compare(calls, repeats, threads=torch.get_num_threads(), warmup=2, budget_s=budget_s)
 
 
 def matmul_gflops(n: int, repeats: int = 5) -> float:
     """Float32 throughput of an (n, n) @ (n, n) matmul, 2n³ FLOPs, median of ``repeats``."""
     a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        a @ b
-        ts.append(time.perf_counter() - t0)
-    return 2 * n**3 / statistics.median(ts) / 1e9
+    t = timings(lambda: a @ b, repeats, threads=torch.get_num_threads())
+    return 2 * n**3 / t.median / 1e9
 
 
 def attention_flops(B: int, T: int, d: int, mode: str) -> float:

@@ -27,6 +27,24 @@ def test_benchmark_quick(tmp_path, monkeypatch):
         sys.modules.pop(name, None)
 
 
+def test_the_seven_methods_compute_the_same_function(monkeypatch):
+    """Chapter 9: every timed method, nn.MultiheadAttention included, gives the same outputs."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    from bench_methods import METHODS, build
+
+    B, T, d = 2, 32, 16
+    x = torch.randn(B, T, d)
+    with torch.no_grad():
+        outs = {m: build(m, d, T, B)(x) for m in METHODS}
+    assert len(METHODS) == 7
+    for m, y in outs.items():
+        torch.testing.assert_close(y, outs["explicit"], atol=1e-5, rtol=1e-4, msg=m)
+    for name in PARTS:
+        sys.modules.pop(name, None)
+
+
 def test_each_benchmark_file_reads_in_one_sitting():
     for name in PARTS:
         lines = (ROOT / "benchmarks" / f"{name}.py").read_text().count("\n")

@@ -132,7 +132,7 @@ class Timing:
 
 
 def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int | None = 1,
-            warmup: int = 2) -> dict[str, Timing]:
+            warmup: int = 2, budget_s: float | None = None) -> dict[str, Timing]:
     """Time several calls interleaved: ``warmup`` untimed rounds, then ``repeats`` timed ones.
 
     Each round calls every function once, in order, so slow moments of a shared machine fall
@@ -145,6 +145,8 @@ def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int
         repeats: timed rounds.
         threads: CPU threads for PyTorch during the calls (None: leave as it is); restored after.
         warmup: untimed rounds.
+        budget_s: stop after the round that passes this many seconds of timing, once at least
+            three rounds are done (None: always ``repeats``).
 
     Returns:
         name -> :class:`Timing` (seconds).
@@ -166,12 +168,15 @@ def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int
             for fn in fns.values():
                 fn()
         sync()
-        for _ in range(repeats):
+        begin = time.perf_counter()
+        for r in range(repeats):
             for name, fn in fns.items():
                 start = time.perf_counter()
                 fn()
                 sync()
                 times[name].append(time.perf_counter() - start)
+            if budget_s is not None and r >= 2 and time.perf_counter() - begin > budget_s:
+                break
     finally:
         torch.set_num_threads(before)
     return {name: Timing(ts, threads, warmup) for name, ts in times.items()}
