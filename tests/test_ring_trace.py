@@ -1,0 +1,114 @@
+"""The ring's record: replaying it gives the ring's own output and gradients, and the views
+drawn from it say what each rank held and did."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from attnbook import Attention  # noqa: E402
+from attnbook.ring import pick_kernel, simulate_ring, visible_scores  # noqa: E402
+from attnbook.ring_trace import (  # noqa: E402
+    describe_step,
+    draw_ring_step,
+    replay_backward,
+    replay_forward,
+    step_work_figure,
+    trace_ring,
+)
+
+
+def _inputs(T, heads=0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    shape = (2, heads, T, 3) if heads else (2, T, 3)
+    return [torch.randn(shape, dtype=torch.float64, generator=g) for _ in range(4)]
+
+
+def _explicit(q, k, v, dout, pad):
+    attn = Attention(q.size(-1), q.size(-2)).double()
+    q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
+    out = attn.attend(q, k, v, pad)[0]
+    out.backward(dout)
+    return out.detach(), q.grad, k.grad, v.grad
+
+
+@pytest.mark.parametrize("P", [2, 3, 4])
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_replaying_the_record_gives_the_rings_output_and_gradients(P, layout):
+    T = 4 * P + 1  # not a multiple of 2P: masked keys at the end
+    q, k, v, dout = _inputs(T, heads=2 if P == 3 else 0, seed=P)
+    pad = torch.ones(2, T, dtype=torch.bool)
+    pad[0, : T // 3] = False  # left padding: empty rows
+    trace = trace_ring(q, k, v, dout, pad, world=P, layout=layout, block_size=2)
+    want = _explicit(q, k, v, dout, pad)
+    for got, ring, ref in zip((replay_forward(trace), *replay_backward(trace)),
+                              (trace.out, trace.dq, trace.dk, trace.dv), want):
+        torch.testing.assert_close(got, ring, atol=1e-12, rtol=0)  # the record is the run
+        torch.testing.assert_close(got, ref, atol=1e-10, rtol=0)  # and the run is attention
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "zigzag"])
+def test_every_chunk_pair_is_computed_once_and_the_future_skipped(layout):
+    P, T = 4, 32
+    trace = trace_ring(*_inputs(T), world=P, layout=layout)
+    for pass_ in ("forward", "backward"):
+        seen = []
+        for t in range(P):
+            for r in range(P):
+                assert trace.source(t, r) == (r - t) % P
+                done = [(a, b) for a, b, _ in trace.pairs(pass_, t, r)]
+                assert len(done) + len(trace.skipped(pass_, t, r)) == 4  # 2 x 2 chunk pairs
+                assert all(b > a for a, b in trace.skipped(pass_, t, r))  # only the future
+                seen += done
+        assert sorted(seen) == [(a, b) for a in range(2 * P) for b in range(a + 1)]
+    totals = [sum(row[r] for row in trace.work()) for r in range(P)]
+    assert totals == visible_scores(T, P, layout)
+
+
+def test_contiguous_ranks_idle_and_dk_dv_travel_home():
+    P = 4
+    trace = trace_ring(*_inputs(16), world=P, layout="contiguous")
+    assert trace.pairs("forward", 1, 0) == []  # rank 0 holds rank 3's (future) keys: idle
+    assert "rank 0 holds the keys and values of rank 3, is idle" in describe_step(trace, 1)
+    for e in trace.sends(P - 1):
+        assert e["to"] == e["src"]  # the last pass brings each shard's sums to its owner
+    assert trace.carriers(2, 3) == [1, 2, 3]
+    assert "(home)" in describe_step(trace, P - 1, "backward")
+    assert "does not occur" in describe_step(trace, P)
+
+
+def test_views_draw():
+    import matplotlib.pyplot as plt
+
+    trace = trace_ring(*_inputs(12), world=3, layout="zigzag")
+    for step, pass_ in [(0, "forward"), (1, "backward"), (3, "forward")]:
+        fig = draw_ring_step(trace, step, pass_)
+        assert len(fig.axes) == 2
+        plt.close(fig)
+    fig = step_work_figure({"zigzag": trace})
+    plt.close(fig)
+
+
+def test_fused_and_tiled_steps_agree():
+    q, k, v, _ = _inputs(13, heads=2)
+    pad = torch.ones(2, 13, dtype=torch.bool)
+    pad[1, :7] = False
+    for layout in ("contiguous", "zigzag"):
+        tiled = simulate_ring(q, k, v, pad, world=3, layout=layout, block_size=2)
+        fused = simulate_ring(q, k, v, pad, world=3, layout=layout, kernel="fused")
+        torch.testing.assert_close(fused, tiled, atol=1e-12, rtol=0)
+
+
+def test_kernel_choice():
+    cpu = torch.zeros(1, 2, 3)
+    assert pick_kernel("auto", cpu) == "fused"
+    assert pick_kernel("tiled", cpu) == "tiled"
+    assert pick_kernel("auto", torch.zeros(1, 2, 3, device="meta")) == "tiled"
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        pick_kernel("flash", cpu)
+    with pytest.raises(ValueError, match="CPU"):
+        pick_kernel("fused", torch.zeros(1, 2, 3, device="meta"))
