@@ -120,11 +120,20 @@ def tiled_attention_forward(
     padding_mask: torch.Tensor | None,
     causal: bool,
     block_size: int,
+    *,
+    record: list | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass over tiles; also returns each row's log-sum-exp for the backward.
 
     Float16 and bfloat16 inputs are upcast tile by tile: scores, the running ``m``, ``l`` and
     output are float32, and only the finished output is cast back (FlashAttention's rule).
+
+    Args:
+        record: a list that receives, after each tile, in loop order, a dict with the tile's
+            ``i0, i1, j0, j1``, ``masked`` (some score of the tile was blocked) and copies of
+            the running ``m``, ``l`` and ``acc`` of its query block (``m`` is the maximum of
+            the scaled scores). None (the default) records nothing. See
+            :mod:`attnbook.tile_trace`.
 
     Returns:
         ``out`` (q's dtype) and ``lse = m + log(l)`` (``-inf`` for a row with no visible key;
@@ -160,6 +169,10 @@ def tiled_attention_forward(
             l = alpha * l + p.sum(dim=-1, keepdim=True)
             acc = alpha * acc + p @ v[..., j0:j1, :].to(acc_dtype)  # (B, b, d_v)
             m = m_new
+            if record is not None:
+                record.append({"step": "tile", "i0": i0, "i1": i1, "j0": j0, "j1": j1,
+                               "masked": blocked is not None, "m": m.clone(),
+                               "l": l.clone(), "acc": acc.clone()})
             del s, p  # freed before the next tile: at most two (B, b, b) tiles at once
         # A row with l = 0 saw no key: divide by 1 so its output is 0, not 0 / 0 = NaN.
         out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)  # the one cast to q's dtype
@@ -177,6 +190,8 @@ def tiled_attention_backward(
     padding_mask: torch.Tensor | None,
     causal: bool,
     block_size: int,
+    *,
+    record: list | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of tiled attention, recomputing each tile's weights from the saved ``lse``.
 
@@ -184,6 +199,11 @@ def tiled_attention_backward(
     ``dV += pᵀ dout``, ``dS = p * (dout Vᵀ - D)``, ``dQ += dS K / sqrt(d)``,
     ``dK += dSᵀ Q / sqrt(d)``. Nothing of size (T, T) is ever stored. For float16 and bfloat16
     inputs every tile and the three accumulators are float32, cast to the inputs' dtype once.
+
+    ``record``, if a list, receives ``{"step": "D", "D": ...}`` before the loop, then one dict
+    per tile, in loop order (query blocks outside), with ``i0, i1, j0, j1`` and the tile's
+    contributions ``dq`` (to rows i0..i1), ``dk`` and ``dv`` (to rows j0..j1), in the
+    accumulation dtype. See :mod:`attnbook.tile_trace`.
 
     Shape:
         dout, out: (..., T_q, d_v); q: (..., T_q, d); k: (..., T_k, d); v: (..., T_k, d_v);
@@ -198,6 +218,8 @@ def tiled_attention_backward(
     dv = torch.zeros_like(v, dtype=acc_dtype)
     dout_a, out_a = dout.to(acc_dtype), out.to(acc_dtype)
     D = (dout_a * out_a).sum(dim=-1, keepdim=True)  # (B, T_q, 1): rowsum(dA * A) in closed form
+    if record is not None:
+        record.append({"step": "D", "D": D.clone()})
     shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
     for i0 in range(0, T_q, block_size):
         i1 = min(i0 + block_size, T_q)
@@ -211,10 +233,16 @@ def tiled_attention_backward(
             if blocked is not None:
                 s = s.masked_fill(blocked, NEG_INF)
             p = torch.exp(s - shift)  # (B, b, b) the tile of attention weights
-            dv[..., j0:j1, :] += p.transpose(-2, -1) @ doi  # (B, b, d_v)
+            dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
             ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
-            dq[..., i0:i1, :] += (ds @ kj) * scale
-            dk[..., j0:j1, :] += (ds.transpose(-2, -1) @ qi) * scale
+            dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
+            dv[..., j0:j1, :] += dv_tile
+            dq[..., i0:i1, :] += dq_tile
+            dk[..., j0:j1, :] += dk_tile
+            if record is not None:
+                record.append({"step": "tile", "i0": i0, "i1": i1, "j0": j0, "j1": j1,
+                               "dq": dq_tile.clone(), "dk": dk_tile.clone(),
+                               "dv": dv_tile.clone()})
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
