@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -86,3 +88,32 @@ def test_decode_gives_letters_and_the_separator():
     x, _ = task.batch(1, seed=0)
     symbols = task.decode(x[0])
     assert symbols[3] == "|" and all(s in "abcd" for s in symbols[:3])
+
+
+def test_copy_set_baseline_small_cases_by_hand():
+    from attnbook.tasks import copy_set_baseline
+    # delay 1, 2 symbols: t = 1 always right; t = 2 right unless the two differ (then 1/2)
+    acc, nats = copy_set_baseline(length=3, delay=1, n_symbols=2)
+    assert acc == pytest.approx((1 + 0.75) / 2)
+    assert nats == pytest.approx((0 + 0.5 * math.log(2)) / 2)
+    assert copy_set_baseline(length=2, delay=1, n_symbols=5) == (1.0, 0.0)
+    with pytest.raises(ValueError, match="delay"):
+        copy_set_baseline(length=4, delay=4)
+
+
+def test_copy_set_baseline_agrees_with_sampling_the_best_set_predictor():
+    """Simulate the predictor that guesses the most frequent earlier token (it sees no order)
+    on the copy task's own batches: its accuracy and cross-entropy match the exact values."""
+    from attnbook.tasks import copy_set_baseline
+    acc, nats = copy_set_baseline()
+    assert round(acc, 3) == 0.304 and round(nats, 2) == 1.62  # chapter 14's numbers
+    x, y = get_task("copy").batch(4000, seed=5)  # (B, 16)
+    right, loss = [], []
+    for t in range(3, 16):
+        counts = torch.nn.functional.one_hot(x[:, :t], 10).sum(1)  # (B, 10) of x_0 .. x_{t-1}
+        right.append(counts.argmax(1) == y[:, t])
+        loss.append(-torch.log(counts.gather(1, y[:, t : t + 1]).squeeze(1) / t))
+    sampled_acc = torch.cat(right).double().mean().item()
+    sampled_nats = torch.cat(loss).double().mean().item()
+    assert abs(sampled_acc - acc) < 0.01  # standard error about 0.002
+    assert abs(sampled_nats - nats) < 0.02

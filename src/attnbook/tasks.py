@@ -13,6 +13,7 @@ Shape legend: B batch, T tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -115,6 +116,53 @@ def induction_batch(batch_size: int, length: int = 16, n_symbols: int = 16,
     y = torch.full_like(x, IGNORE)
     y[:, -1] = x[rows, p + 1]  # B
     return x, y
+
+
+def _partitions(n: int, largest: int, parts: int):
+    """The partitions of n into at most ``parts`` parts, none larger than ``largest``."""
+    if n == 0:
+        yield ()
+        return
+    if parts == 0:
+        return
+    for first in range(min(n, largest), 0, -1):
+        for rest in _partitions(n - first, first, parts - 1):
+            yield (first, *rest)
+
+
+def copy_set_baseline(length: int = 16, delay: int = 3,
+                      n_symbols: int = 10) -> tuple[float, float]:
+    """The best any predictor can do on the copy task if it sees no order, computed exactly.
+
+    The predictor at position t sees the current token x_t and the multiset of x_0 .. x_t (what
+    one causal attention layer without positions sees, chapter 14), not their order. Tokens are
+    independent and uniform, so given that multiset the answer x_{t - delay} is equally likely
+    to be any of the t earlier tokens: the probability of symbol s is c_s / t, with c_s its
+    count among x_0 .. x_{t-1}. The best guess is the most frequent symbol (right with
+    probability max_s c_s / t), and the best cross-entropy is the entropy of the counts. Both
+    are averaged over the count vectors' multinomial distribution (summed over the partitions
+    of t, no sampling) and over the scored positions t = delay .. length - 1.
+
+    Args:
+        length, delay, n_symbols: the copy task's settings (:func:`copy_batch`).
+
+    Returns:
+        ``(accuracy, nats)``: the Bayes-optimal accuracy and cross-entropy (in nats) of a
+        predictor that sees only the current token and the multiset of the earlier ones.
+    """
+    if not 1 <= delay < length:
+        raise ValueError(f"delay must be in [1, length), got delay={delay}, length={length}")
+    accuracy = nats = 0.0
+    for t in range(delay, length):  # t earlier tokens, x_0 .. x_{t-1}
+        for counts in _partitions(t, t, n_symbols):
+            repeats = [counts.count(c) for c in set(counts)]
+            symbols = math.perm(n_symbols, len(counts)) / math.prod(map(math.factorial, repeats))
+            orders = math.factorial(t) / math.prod(map(math.factorial, counts))
+            p = symbols * orders / n_symbols**t  # probability of this multiset of counts
+            accuracy += p * max(counts) / t
+            nats -= p * sum(c / t * math.log(c / t) for c in counts)
+    n_scored = length - delay
+    return accuracy / n_scored, nats / n_scored
 
 
 @dataclass(frozen=True)
