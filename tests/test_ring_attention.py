@@ -176,3 +176,54 @@ def test_pytorch_context_parallel_uses_the_zigzag_layout_and_all_gather():
     assert torch.equal(order.long(), ours)
     assert cp._cp_options.enable_load_balance  # on by default
     assert cp._cp_options.rotate_method == cp._RotateMethod.ALL_GATHER  # "alltoall": a ring
+
+
+def test_every_transfer_is_waited_on_after_the_next_compute(monkeypatch):
+    """One rank of a faked ring of four: keys/values and dK/dV are posted before a step's
+    compute and waited on after it, so no transfer sits between two computes."""
+    import attnbook.ring as ring
+
+    P, log, kv_buffers = 4, [], set()
+    monkeypatch.setattr(ring.dist, "get_rank", lambda group=None: 1)
+    monkeypatch.setattr(ring.dist, "get_world_size", lambda group=None: P)
+
+    class Work:
+        def __init__(self, n):
+            self.n = n
+
+        def wait(self):
+            log.append(("wait", self.n))
+
+    def fake_pass_on(tensors, group):
+        kind = "kv" if tensors[0].data_ptr() in kv_buffers else "grads"
+        arriving = [t.clone() for t in tensors]
+        if kind == "kv":
+            kv_buffers.update(t.data_ptr() for t in arriving)
+        n = sum(1 for e in log if e[0] == "post")
+        log.append(("post", n, kind))
+        return arriving, [Work(n)]
+
+    def logged(fn, name):
+        def wrapper(*args, **kwargs):
+            log.append((name,))
+            return fn(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(ring, "pass_on", fake_pass_on)
+    monkeypatch.setattr(ring, "shard_grads", logged(ring.shard_grads, "compute"))
+    q, k, v, dout = (torch.randn(1, 8, 3, dtype=torch.float64) for _ in range(4))
+    kv_buffers.update((k.data_ptr(), v.data_ptr()))
+    out, lse = ring.tiled_attention_forward(q, k, v, None, False, 4)
+    ring.ring_attention_backward(dout, q, k, v, out, lse, None, False, "zigzag", None, 4,
+                                 "tiled")
+    computes = [i for i, e in enumerate(log) if e == ("compute",)]
+    posts = [e for e in log if e[0] == "post"]
+    assert len(computes) == P
+    assert [e[2] for e in posts].count("grads") == P  # P passes: the last one goes home
+    assert [e[2] for e in posts].count("kv") == P - 1
+    for i, e in enumerate(log):
+        if e[0] == "post":
+            waited = log.index(("wait", e[1]))
+            later = [c for c in computes if c > i]
+            if later:  # the next step's compute runs between posting and waiting
+                assert later[0] < waited, (e, log)
