@@ -260,6 +260,55 @@ def test_large_negative_fill_is_not_a_mask():
         from_additive_mask(nothing_visible)
 
 
+_FILLS_THAT_RAISE = {  # every one checks the fill value against float16's range first
+    "masked_fill": lambda s, m: s.masked_fill(m, -1e9),
+    "masked_fill_": lambda s, m: s.clone().masked_fill_(m, -1e9),
+    "fill_": lambda s, m: s.clone().fill_(-1e9),
+    "torch.full": lambda s, m: torch.full(s.shape, -1e9, dtype=s.dtype),
+    "new_full": lambda s, m: s.new_full(s.shape, -1e9),
+}
+
+
+def _assign(s, m):
+    s = s.clone()
+    s[m] = -1e9
+    return s
+
+
+_FILLS_THAT_GIVE_MINUS_INF = {  # these round -1e9 to the nearest float16, which is -inf
+    "torch.tensor": lambda s, m: torch.tensor([-1e9] * s.numel(), dtype=s.dtype),
+    "cast with .half()": lambda s, m: torch.full(s.shape, -1e9).half(),
+    "arithmetic s - 1e9": lambda s, m: s - 1e9,
+    "torch.where": lambda s, m: torch.where(m, -1e9, s),
+    "indexed assignment": _assign,
+}
+
+
+@pytest.mark.parametrize("name", _FILLS_THAT_RAISE)
+def test_minus_1e9_fill_raises_in_float16(name):
+    """Mask appendix: a -1e9 fill of float16 scores raises in masked_fill, fill_ and full."""
+    s, m = torch.zeros(4, dtype=torch.float16), torch.tensor([True, False, True, True])
+    with pytest.raises(RuntimeError, match="to type c10::Half without overflow"):
+        _FILLS_THAT_RAISE[name](s, m)
+
+
+@pytest.mark.parametrize("name", _FILLS_THAT_GIVE_MINUS_INF)
+def test_minus_1e9_becomes_minus_inf_in_float16(name):
+    s, m = torch.zeros(4, dtype=torch.float16), torch.tensor([True, False, True, True])
+    out = _FILLS_THAT_GIVE_MINUS_INF[name](s, m)
+    assert out.dtype == torch.float16 and out[m].eq(float("-inf")).all()
+
+
+def test_float16_fill_limit_is_the_largest_value_not_the_rounding():
+    """The check compares with 65504 itself: -65519, which would round to -65504, raises too."""
+    s, m = torch.zeros(2, dtype=torch.float16), torch.tensor([True, False])
+    assert s.masked_fill(m, -65504.0)[0] == -65504
+    assert torch.tensor(-65519.0).half() == -65504
+    with pytest.raises(RuntimeError, match="without overflow"):
+        s.masked_fill(m, -65519.0)
+    assert torch.tensor(-1e9).bfloat16() == -998244352  # bfloat16 holds it, rounded
+
+
 def test_empty_row_in_each_api():
     """A query that sees no key (left padding): zeros or NaN, by code path (CPU)."""
     m = Attention(d, T).double()

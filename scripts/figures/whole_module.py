@@ -91,8 +91,9 @@ def max_differences(dtype: torch.dtype, T: int, d: int = 64, B: int = 2, seeds: 
             refs = {
                 "scaled_dot_product_attention": F.scaled_dot_product_attention(
                     m.query(x), m.key(x), m.value(x), is_causal=True),
-                "nn.MultiheadAttention": mha(x, x, x, attn_mask=m.mask,
-                                             need_weights=False)[0],
+                # Masks written out, not taken from the module: a reference shares no code.
+                "nn.MultiheadAttention": mha(x, x, x, need_weights=False, attn_mask=~torch.ones(
+                    T, T, dtype=torch.bool).tril())[0],
                 "the seed's module": seed(x),
             }
         for name, ref in refs.items():
