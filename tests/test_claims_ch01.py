@@ -1,8 +1,9 @@
 """Claims of the opening chapters (0, the module at a glance, and 1, the projections).
 
 Each test pins one sentence of the prose: PyTorch's own behaviour (how nn.Linear stores its
-matrix, which products raise, what a buffer is) and the library's (attention sees no order but
-the mask's), and that the chapters' figures draw the very example their labs compute and glue.
+matrix, which products raise, what a buffer is) and the library's (one layer sees no order but
+the mask's, a stack of two can), and that the chapters' figures draw the very example their labs
+compute and glue.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def test_the_causal_mask_is_a_saved_buffer_that_follows_the_module_but_is_not_tr
     assert attn.to("meta").mask.device.type == "meta"
 
 
-# Chapter 1: attention sees no order, except through the causal mask ---------------------------
+# Chapter 1: one layer sees no order except through the causal mask; a stack can ----------------
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -73,6 +74,39 @@ def test_without_the_mask_permuting_the_tokens_permutes_the_outputs():
 
     with torch.no_grad():
         torch.testing.assert_close(unmasked(x[:, perm]), unmasked(x)[:, perm])
+
+
+def test_equal_scores_give_the_running_mean_whose_weight_encodes_the_position():
+    # One layer with W_q = 0 (every score equal) and a start token whose value stands out:
+    # output i is 1/(i + 1), so the mask alone lets a causal layer count positions.
+    counter = Attention(d_model=2, context_length=8).double()
+    with torch.no_grad():
+        counter.query.weight.zero_()
+        counter.value.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))
+        x = torch.tensor([[1.0, 0.0]] + [[0.0, 1.0]] * 6, dtype=torch.float64)[None]  # (1, 7, 2)
+        y = counter(x)[0, :, 0]  # (T,)
+    torch.testing.assert_close(y, 1 / torch.arange(1, 8, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_two_stacked_causal_layers_tell_orders_apart_that_one_layer_cannot(seed):
+    torch.manual_seed(seed)
+    attn = Attention(d_model=8, context_length=8).double()
+    x = torch.randn(1, 6, 8, dtype=torch.float64)
+    perm = [1, 0, 2, 3, 4, 5]  # swap the first two tokens
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x[:, perm])[0, 2], attn(x)[0, 2])  # one layer: a set
+        two, two_perm = attn(attn(x)), attn(attn(x[:, perm]))
+    assert (two[0, 2] - two_perm[0, 2]).abs().max() > 1e-3  # two layers: the order shows
+
+
+def test_lab_1_shows_the_counting_layer_and_the_two_layer_stack():
+    nb = json.loads((ROOT / "notebooks" / "01_projections.ipynb").read_text(encoding="utf-8"))
+    text = "".join("".join(out.get("text", "")) for cell in nb["cells"]
+                   if cell["cell_type"] == "code" for out in cell["outputs"])
+    assert "1/y - 1:   [0, 1, 2, 3, 4, 5, 6] = the positions" in text
+    assert "one layer:  output of 'sat' unchanged: True" in text
+    assert "two layers: output of 'sat' unchanged: False" in text
 
 
 def test_one_shared_matrix_makes_every_token_prefer_itself():

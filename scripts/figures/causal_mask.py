@@ -18,6 +18,7 @@ from matplotlib.patches import Rectangle  # noqa: E402
 from attnbook import Attention, attention_scores, scale_scores  # noqa: E402
 from attnbook.plotting import plot_attention  # noqa: E402
 from figures import save  # noqa: E402
+from figures.glance import tiny_example  # noqa: E402  (chapter 0's running example, Lab 4's too)
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]
 BLOCKED, ALLOWED = "#4d4d4d", "#e8f0fa"
@@ -75,12 +76,10 @@ def buffer_figure(outdir: Path) -> Path:
 
 
 def steps_figure(outdir: Path) -> Path:
-    torch.manual_seed(0)
-    T = len(TOKENS)
-    x = torch.randn(1, T, 8)  # (B, T, d)
-    attn = Attention(d_model=8, context_length=16)
+    x, attn = tiny_example()  # (B, T, d) = (1, 6, 8), float64: the example Labs 0 and 4 use
+    T, d = x.shape[1], x.shape[2]
     with torch.no_grad():
-        s = scale_scores(attention_scores(attn.query(x), attn.key(x)), 8)[0]  # (T, T)
+        s = scale_scores(attention_scores(attn.query(x), attn.key(x)), d)[0]  # (T, T)
         masked = s.masked_fill(attn.mask[:T, :T], float("-inf"))
         w = torch.softmax(masked, dim=-1)
     fig, axes = plt.subplots(1, 3, figsize=(13.2, 4.3))
@@ -95,10 +94,8 @@ def steps_figure(outdir: Path) -> Path:
 
 
 def jacobian_figure(outdir: Path) -> Path:
-    torch.manual_seed(0)
-    T, d = 6, 4
-    attn = Attention(d_model=d, context_length=T).double()
-    x = torch.randn(1, T, d, dtype=torch.float64)
+    x, attn = tiny_example()  # the running example, as Lab 4 computes its Jacobian
+    T = x.shape[1]
     J = torch.autograd.functional.jacobian(lambda z: attn(z)[0], x)[:, :, 0]  # (T, d, T, d)
     norms = J.pow(2).sum(dim=(1, 3)).sqrt()  # (T, T): size of dy_i/dx_j
     n = norms.numpy()

@@ -5,10 +5,11 @@ trains the smallest model in which attention has to mean something: token embedd
 learned position embeddings, one :class:`attnbook.Attention`, and a linear readout, on the copy
 task with delay 1 (predict the token just before, :func:`attnbook.tasks.copy_batch`). There is
 no residual connection, so the readout sees only what attention gathered: to answer, the head
-must put its weight on the previous token. Attention itself knows nothing about order (every
-key is compared by content alone), so the position embeddings are what let a query find "the
-token one place back". Training reuses :func:`attnbook.train.train`; a forward pre-hook copies
-the weights every few steps, so the lab can replay how the attention map sharpens.
+must put its weight on the previous token. One attention layer sees the keys up to a query as
+a set (every key is compared by content alone), so the position embeddings are what let a query
+find "the token one place back". Training reuses :func:`attnbook.train.train`; a forward
+pre-hook copies the weights every few steps, so the lab can replay how the attention map
+sharpens.
 
 Shape legend: B batch, T tokens, d model width, V vocabulary size.
 """
