@@ -565,6 +565,29 @@ def visible_scores(T: int, world: int, layout: str = "zigzag",
     return work
 
 
+def overlap_tokens(flops_per_s: float, link_bytes_per_s: float, causal: bool = False) -> float:
+    """The shortest shard (tokens per rank) whose step computes as long as its transfer takes.
+
+    Liu et al. (2023)'s condition: a step over a shard of n tokens costs ``4 n² d`` FLOPs
+    (``2 n² d`` multiply-adds, QKᵀ and PV) and receives the next K and V, ``2 n d`` numbers of
+    2 bytes (bfloat16), so the transfer hides behind the compute when
+    ``4 n² d / F >= 4 n d / W``, that is ``n >= F / W`` (d cancels; Liu et al. call n the block
+    size). A balanced causal step (zigzag) computes half of that, so ``n >= 2 F / W``.
+
+    Args:
+        flops_per_s: the device's peak FLOP/s F for bfloat16 inputs.
+        link_bytes_per_s: the link's bandwidth W in bytes per second, one direction.
+        causal: a zigzag causal step (half the work) instead of a full one.
+
+    Returns:
+        The smallest n, in tokens (not rounded).
+    """
+    if flops_per_s <= 0 or link_bytes_per_s <= 0:
+        raise ValueError(f"need positive FLOP/s and bandwidth, got {flops_per_s} and "
+                         f"{link_bytes_per_s}")
+    return (2.0 if causal else 1.0) * flops_per_s / link_bytes_per_s
+
+
 def spawn_ring(cases: list[dict], world: int, timeout: float = 120.0) -> list[dict]:
     """Run ring attention on ``world`` real processes (gloo on 127.0.0.1); one start for all cases.
 

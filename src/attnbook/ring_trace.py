@@ -6,7 +6,8 @@ rank, the key/value shard it held, the (query chunk, key chunk) pairs it compute
 partial results, and, in the backward, the dK/dV sums it passed on. Nothing here recomputes
 attention: :func:`replay_forward` merges the recorded partial states and
 :func:`replay_backward` adds the recorded gradient shares, and the tests check that both give
-the ring's own output and gradients. :func:`draw_ring_step` draws one step from the record.
+the ring's own output and gradients, bit for bit. :func:`draw_ring_step` draws one step from
+the record.
 """
 
 from __future__ import annotations
@@ -147,30 +148,42 @@ def replay_forward(trace: RingTrace) -> torch.Tensor:
 
 
 def replay_backward(trace: RingTrace) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """dq, dk, dv from the recorded per-pair shares alone: each share added to its chunk.
+    """dq, dk, dv from the recorded per-pair shares alone, added in the ring's order.
 
-    Also checks the travelling sums: the last message of each shard (the one that arrives
-    home) must equal the sum of that shard's recorded shares.
+    dq: each share added to its rank's rows. dk, dv: at every step, a rank's shares for the
+    shard it holds are summed, and that step sum is added to the sums the shard brought along;
+    this is what travels. Also checks the record's messages: each must carry exactly these
+    sums, and the last one goes home to the shard's owner.
 
     Raises:
-        AssertionError: if a shard's home-coming sums differ from its shares' sum.
+        AssertionError: if a recorded message differs from the sums of the recorded shares.
     """
-    pairs = [e for e in trace.events if e["kind"] == "pair" and e["pass_"] == "backward"]
-    P = trace.world
+    P, layout = trace.world, trace.layout
+    backward = [e for e in trace.events if e["pass_"] == "backward"]
+    pairs = [e for e in backward if e["kind"] == "pair"]
     dq = _rank_tensor_like(trace, pairs[0]["dq"])
-    dk = _rank_tensor_like(trace, pairs[0]["dk"])
-    dv = _rank_tensor_like(trace, pairs[0]["dv"])
-    for e in pairs:
-        owner = next(r for r in range(P) if e["k_chunk"] in chunk_ids(r, P, trace.layout))
-        dq[e["rank"]][..., _half(trace, e["rank"], e["q_chunk"]), :] += e["dq"]
-        dk[owner][..., _half(trace, owner, e["k_chunk"]), :] += e["dk"]
-        dv[owner][..., _half(trace, owner, e["k_chunk"]), :] += e["dv"]
-    for e in trace.sends(P - 1):  # the last pass: to the owner, home
-        assert e["to"] == e["src"], "the last pass must bring dK, dV home"
-        torch.testing.assert_close(e["dk"], dk[e["src"]], rtol=1e-9, atol=1e-12)
-        torch.testing.assert_close(e["dv"], dv[e["src"]], rtol=1e-9, atol=1e-12)
-    T, layout = trace.T, trace.layout
-    return unshard(dq, T, layout), unshard(dk, T, layout), unshard(dv, T, layout)
+    carried: list = [None] * P  # the dk, dv sums of shard s, wherever they are now
+    for step in range(P):
+        for rank in range(P):
+            src = trace.source(step, rank)
+            dk_s = _rank_tensor_like(trace, pairs[0]["dk"])[0]  # this step's shares
+            dv_s = _rank_tensor_like(trace, pairs[0]["dv"])[0]
+            for e in pairs:
+                if e["step"] == step and e["rank"] == rank:
+                    dq[rank][..., _half(trace, rank, e["q_chunk"]), :] += e["dq"]
+                    dk_s[..., _half(trace, src, e["k_chunk"]), :] += e["dk"]
+                    dv_s[..., _half(trace, src, e["k_chunk"]), :] += e["dv"]
+            if carried[src] is not None:
+                dk_s += carried[src][0]
+                dv_s += carried[src][1]
+            carried[src] = dk_s, dv_s
+            [sent] = [e for e in trace.sends(step) if e["rank"] == rank]
+            assert torch.equal(sent["dk"], dk_s) and torch.equal(sent["dv"], dv_s), \
+                f"step {step}, rank {rank}: the message is not the sum of the shares"
+            assert step < P - 1 or sent["to"] == src, "the last pass must bring dK, dV home"
+    dk = [carried[r][0] for r in range(P)]
+    dv = [carried[r][1] for r in range(P)]
+    return unshard(dq, trace.T, layout), unshard(dk, trace.T, layout), unshard(dv, trace.T, layout)
 
 
 def describe_step(trace: RingTrace, step: int, pass_: str = "forward") -> str:
