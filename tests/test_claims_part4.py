@@ -80,18 +80,28 @@ def test_exercise_shapes_and_parameters():
 
 # Chapter 13, "The code" and "Checking against PyTorch".
 
-def test_split_is_a_view_and_merge_copies():
-    """'Splitting is a change of view ... Merging ... reshape must copy.'"""
+def test_split_is_a_view_and_merge_copies_only_on_the_explicit_path():
+    """'Splitting is a change of view ... on the explicit path reshape copies ... on the fused
+    path (CPU) SDPA writes its output token-major, so the merge is a view.'"""
     m = MultiHeadAttention(8, 6, n_heads=2)
-    q = m.query(torch.randn(2, 6, 8))
+    x = torch.randn(2, 6, 8)
+    q = m.query(x)
     heads = m.split_heads(q)
     assert heads.data_ptr() == q.data_ptr() and heads._base is q
     assert not heads.is_contiguous()
-    out = torch.randn(2, 2, 6, 4)  # what attend returns: a new, contiguous (B, h, T, d_h)
-    merged = m.merge_heads(out)
-    assert not out.transpose(1, 2).is_contiguous()
-    assert merged.data_ptr() != out.data_ptr() and merged._base is None
-    assert torch.equal(m.split_heads(merged), out)
+    with torch.no_grad():
+        explicit, _ = m.attend(*m.project_heads(x), fused=False)  # (B, h, T, d_h)
+        fused, _ = m.attend(*m.project_heads(x), fused=True)
+    # explicit: weights @ v is a new contiguous (B, h, T, d_h); moved back it is not, so copied
+    assert explicit.is_contiguous() and not explicit.transpose(1, 2).is_contiguous()
+    merged = m.merge_heads(explicit)
+    assert merged.data_ptr() != explicit.data_ptr() and merged._base is None
+    assert torch.equal(m.split_heads(merged), explicit)
+    # fused (CPU flash kernel): stored as (B, T, h, d_h), so the transpose back is contiguous
+    assert not fused.is_contiguous() and fused.transpose(1, 2).is_contiguous()
+    merged = m.merge_heads(fused)
+    assert merged.data_ptr() == fused.data_ptr() and merged._base is not None
+    torch.testing.assert_close(merged, m.merge_heads(explicit))
 
 
 def test_nn_multihead_attention_conventions():
