@@ -300,8 +300,8 @@ def show_forward_step(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int,
     now = min(j, len(steps) - 1)
     skipped = j >= len(steps)
     errors = forward_errors(trace, exact, i)
-    fig, (a_grid, a_tab, a_err) = plt.subplots(1, 3, figsize=(9.6, 3.3),
-                                               gridspec_kw={"width_ratios": [1.0, 1.0, 1.0]})
+    fig, (a_grid, a_tab, a_err) = plt.subplots(1, 3, figsize=(9.4, 3.2),
+                                               gridspec_kw={"width_ratios": [1.0, 0.8, 1.0]})
     labels = {(i, n): str(n + 1) for n in range(now + 1)}
     draw_tiles(a_grid, trace.T_q, trace.T_k, b, trace.causal, labels,
                current=None if skipped else (i, j))
@@ -327,8 +327,7 @@ def show_forward_step(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int,
         m, l = s["m"][r].item(), s["l"][r].item()
         grew = prev is not None and m > prev["m"][r].item() and not skipped
         lines.append(f"{i0 + r:4d} {m:6.2f}{'↑' if grew else ' '} {l:6.2f}")
-    lines += ["", r"↑: new maximum, so the old $\ell$ and",
-              "output were rescaled by exp(m_old − m)"]
+    lines += ["", "↑ new maximum: the old", r"$\ell$ and acc were rescaled", "by exp(m_old − m)"]
     a_tab.text(0.02, 0.95, "\n".join(lines), family="monospace", fontsize=9, va="top",
                transform=a_tab.transAxes)
     a_tab.set_title("running maximum m\nand sum ℓ (in registers)", fontsize=9)
@@ -350,9 +349,9 @@ def show_forward_step(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int,
     a_err.set_yscale("log")
     a_err.set_ylim(floor, 1e3)
     a_err.set_xticks(xs, [f"{n}" for n in xs])
-    a_err.set_xlabel("after tile (dotted: not yet done)")
+    a_err.set_xlabel("after tile (dotted: not yet)")
     a_err.set_ylabel("largest error")
-    a_err.set_title("error of the partial output\nacc / ℓ against the exact one", fontsize=9)
+    a_err.set_title("error of the partial output\nacc / ℓ against the exact", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -415,12 +414,12 @@ def show_backward_step(trace: BackwardTrace, reference: tuple, n: int):
     for J in range(n_k):  # dK, dV blocks: waiting, in registers, stored
         column = [s for s in trace.steps if s["j0"] // b == J]
         k = sum(1 for s in done if s["j0"] // b == J)
-        state = "—" if k == 0 else "stored" if k == len(column) else f"regs\n{k}/{len(column)}"
+        state = "—" if k == 0 else "✓" if k == len(column) else f"{k}/{len(column)}"
         hit = cur is not None and cur[1] == J
         a_grid.add_patch(Rectangle((J + 0.05, n_q + 0.25), 0.9, 0.9, fc="#f2f2f2",
                                    ec=CURRENT if hit else "grey", lw=2.5 if hit else 0.8))
         a_grid.text(J + 0.5, n_q + 0.7, state, ha="center", va="center", fontsize=7)
-    a_grid.text(-0.1, n_q + 0.7, "dK, dV", ha="right", va="center", fontsize=7.5)
+    a_grid.text(-0.1, n_q + 0.7, "dK, dV\n(✓ stored)", ha="right", va="center", fontsize=7)
     a_grid.set_xlim(0, n_k + 1.2)
     a_grid.set_ylim(n_q + 1.2, 0)
     if current is None:
