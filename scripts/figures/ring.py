@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from attnbook.ring import chunk_ids, visible_scores  # noqa: E402
+from attnbook.ring_trace import trace_ring  # noqa: E402
 from figures import save  # noqa: E402
 
 COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red"]
@@ -83,6 +84,63 @@ def ring_layouts(outdir: Path, world: int = 4, T: int = 64) -> Path:
     return save(fig, outdir, "ring_layouts.png")
 
 
+def ring_backward(outdir: Path, world: int = 4, layout: str = "contiguous") -> Path:
+    """The backward's gradient flow, from the ring's own record: per step and rank, whose dK, dV
+    sums the rank adds its share to, and where they go next (the last pass: home)."""
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    T = 4 * world
+    trace = trace_ring(*(torch.randn(1, T, 2, dtype=torch.float64, generator=g)
+                         for _ in range(4)), world=world, layout=layout, block_size=4)
+    fig, ax = plt.subplots(figsize=(7.4, 3.1))
+    w, h = 0.86, 0.8
+    for t in range(world):
+        for r in range(world):
+            src = trace.source(t, r)
+            shares = len(trace.pairs("backward", t, r))
+            y = world - 1 - r
+            # An idle rank (nothing visible in the shard it holds) adds nothing: pale, dashed.
+            ax.add_patch(plt.Rectangle((t, y), w, h, facecolor=COLOURS[src],
+                                       alpha=0.75 if shares else 0.18, edgecolor="black",
+                                       lw=0.4 if shares else 0.8,
+                                       linestyle="-" if shares else "--"))
+            adds = f"+ rank {r}'s share" if shares else f"+ 0 (rank {r} idle)"
+            ax.text(t + w / 2, y + h / 2, f"dK, dV of {src}\n{adds}", ha="center",
+                    va="center", fontsize=7, style="normal" if shares else "italic")
+            to = (r + 1) % world  # each rank passes the sums to the next one
+            if t < world - 1:
+                wrap = to == 0  # from the last rank around to rank 0
+                ax.annotate("", xy=(t + 1.0, world - 1 - to + (0.75 * h if wrap else h / 2)),
+                            xytext=(t + w, y + (0.25 * h if wrap else h / 2)),
+                            arrowprops=dict(arrowstyle="->", color="0.55" if wrap else "0.3",
+                                            lw=0.7, linestyle=":" if wrap else "-"))
+    for r in range(world):  # after the last step the sums arrive home
+        y = world - 1 - r
+        ax.add_patch(plt.Rectangle((world + 0.1, y), 0.8, h, facecolor="white",
+                                   edgecolor=COLOURS[r], lw=1.6))
+        ax.text(world + 0.5, y + h / 2, f"home:\ndK, dV of {r}", ha="center", va="center",
+                fontsize=7)
+        src = trace.source(world - 1, (r - 1) % world)
+        assert src == r  # the record says rank r - 1 held shard r at the last step
+        ax.annotate("", xy=(world + 0.1, y + h / 2),
+                    xytext=(world - 1 + w, world - 1 - (r - 1) % world + h / 2),
+                    arrowprops=dict(arrowstyle="->", color="black", lw=1.0))
+    ax.set_xlim(-0.05, world + 1)
+    ax.set_ylim(-0.1, world)
+    ax.set_xticks([t + w / 2 for t in range(world)] + [world + 0.5],
+                  [f"step {t}" for t in range(world)] + ["after"])
+    ax.set_yticks([world - 1 - r + h / 2 for r in range(world)],
+                  [f"rank {r}" for r in range(world)])
+    ax.tick_params(length=0)
+    for side in ("left", "bottom", "top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(f"Backward, P = {world}, {layout}: dK, dV travel with their shard to rank r + 1 "
+                 "(dotted: around the ring) and go home", fontsize=9)
+    return save(fig, outdir, "ring_backward.png")
+
+
 def main(outdir: Path) -> Path:
     ring_steps(outdir)
+    ring_backward(outdir)
     return ring_layouts(outdir)

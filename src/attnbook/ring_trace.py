@@ -227,8 +227,8 @@ def draw_ring_step(trace: RingTrace, step: int, pass_: str = "forward", ax=None)
     from matplotlib.patches import Rectangle
 
     P, n = trace.world, 2 * trace.world
-    fig, (grid, table) = plt.subplots(1, 2, figsize=(6.8, 2.7),
-                                      gridspec_kw={"width_ratios": [1, 1.6], "wspace": 0.04})
+    fig, (grid, table) = plt.subplots(1, 2, figsize=(6.4, 2.6),
+                                      gridspec_kw={"width_ratios": [1, 1.45], "wspace": 0.04})
     fig.subplots_adjust(left=0.07, right=0.995, bottom=0.15, top=0.9)
     last = min(step, P - 1) if step < P else P - 1
     for t in range(last + 1):
@@ -240,7 +240,7 @@ def draw_ring_step(trace: RingTrace, step: int, pass_: str = "forward", ax=None)
                     grid.add_patch(Rectangle((b, a), 1, 1, facecolor=colour, alpha=0.85,
                                              edgecolor="white"))
                     grid.text(b + 0.5, a + 0.5, str(r), ha="center", va="center",
-                              fontsize=8, color="white", fontweight="bold")
+                              fontsize=9, color="white", fontweight="bold")
                 else:
                     grid.add_patch(Rectangle((b, a), 1, 1, facecolor="0.88",
                                              edgecolor="white"))
@@ -256,10 +256,10 @@ def draw_ring_step(trace: RingTrace, step: int, pass_: str = "forward", ax=None)
     grid.set_xlim(0, n)
     grid.set_ylim(n, 0)
     grid.set_aspect("equal")
-    grid.set_xticks([i + 0.5 for i in range(n)], range(n), fontsize=7)
-    grid.set_yticks([i + 0.5 for i in range(n)], range(n), fontsize=7)
-    grid.set_xlabel("key chunk", fontsize=8)
-    grid.set_ylabel("query chunk", fontsize=8)
+    grid.set_xticks([i + 0.5 for i in range(n)], range(n), fontsize=8)
+    grid.set_yticks([i + 0.5 for i in range(n)], range(n), fontsize=8)
+    grid.set_xlabel("key chunk", fontsize=9)
+    grid.set_ylabel("query chunk", fontsize=9)
     grid.tick_params(length=0)
 
     table.set_axis_off()
@@ -283,11 +283,10 @@ def draw_ring_step(trace: RingTrace, step: int, pass_: str = "forward", ax=None)
             if pass_ == "backward":
                 to = (r + 1) % P
                 senders = ", ".join(map(str, trace.carriers(step, r)))
-                line += (f"\n  dK,dV of {src}, summed by {senders}"
+                line += (f"\n  dK,dV of {src}, sums of {senders}"
                          f" → rank {to}{' home' if to == src else ''}")
-            table.text(0.06, r + 0.5, line, fontsize=8.5, va="center",
-                       fontweight="normal" if pairs else "bold")
-    grid.set_title(title, fontsize=9, loc="left")
+            table.text(0.06, r + 0.5, line, fontsize=9.5, va="center")
+    grid.set_title(title, fontsize=10, loc="left")
     return fig
 
 
