@@ -34,9 +34,15 @@ class MultiHeadAttention(Attention):
         context_length: the longest sequence the module accepts; sizes the causal mask.
         n_heads: number of heads ``h``; must divide ``d_model``.
         fused: compute steps 2-6 with PyTorch's fused kernel (same result, see chapter 11).
+        n_kv_heads: key/value heads ``h_kv`` (grouped-query attention); must divide
+            ``n_heads``. None gives one per query head; 1 is multi-query attention.
 
     Mask conventions: those of :class:`attnbook.Attention` (``mask`` True = blocked,
     ``padding_mask`` True = real token).
+
+    Raises:
+        ValueError: if ``n_heads`` does not divide ``d_model`` or ``n_kv_heads`` does not
+            divide ``n_heads``, listing the divisors that would.
 
     Shape:
         x: (B, T, d_model), padding_mask: (B, T) -> (B, T, d_model);
