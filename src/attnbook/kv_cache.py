@@ -255,7 +255,7 @@ def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache
     tokens, in slot order) followed by the new ones, and query ``start + i`` may see a key at
     position p when ``0 <= start + i - p < W`` and the key is real. The attention runs before
     the new tokens are written, because writing them overwrites slots an early query of the
-    chunk still needs. Slot s holds the latest position p < start with p % W == s.
+    chunk still needs. Slot r holds the latest position p < start with p % W == r.
 
     Shape:
         q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h); padding_mask: (B, t) or None
