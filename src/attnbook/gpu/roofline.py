@@ -16,6 +16,7 @@ attention), batch 1, causal, float16 by default:
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass
 
 import torch
@@ -132,14 +133,14 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
     import matplotlib.pyplot as plt
 
     if ax is None:
-        _, ax = plt.subplots(figsize=(6, 3.6), layout="constrained")
+        _, ax = plt.subplots(figsize=(5, 3.2), layout="constrained")
     xs = torch.logspace(-1, 4, 200).tolist()
     ax.loglog(xs, [attainable_flops(x, gpu) / 1e12 for x in xs], color="black", lw=1.5,
               label="roofline")
     ax.axvline(gpu.ridge, color="0.4", ls=":", lw=1)
-    ax.text(gpu.ridge * 1.15, 0.02, f"ridge\n{gpu.ridge:.0f} FLOP/byte", fontsize=7)
-    ax.text(0.12, gpu.flops_per_s / 1e12 * 1.4, "memory-bound  ←", fontsize=7)
-    ax.text(gpu.ridge * 1.15, gpu.flops_per_s / 1e12 * 1.4, "→  compute-bound", fontsize=7)
+    ax.text(gpu.ridge * 1.15, 0.02, f"ridge\n{gpu.ridge:.0f} FLOP/byte", fontsize=8)
+    ax.text(0.12, gpu.flops_per_s / 1e12 * 1.4, "memory-bound  ←", fontsize=8)
+    ax.text(gpu.ridge * 1.15, gpu.flops_per_s / 1e12 * 1.4, "→  compute-bound", fontsize=8)
     for c in counts:
         x, y = c.intensity, c.attainable(gpu) / 1e12
         big = c.kernel == highlight
@@ -151,11 +152,25 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
         right = x > 30  # labels of points near the ridge go to their left, inside the axes
         ax.annotate(text, (x, y), xytext=(-8 if right else 6, -14 if big else -10),
                     textcoords="offset points", ha="right" if right else "left",
-                    fontsize=8 if big else 7, fontweight="bold" if big else "normal")
+                    fontsize=9 if big else 8, fontweight="bold" if big else "normal")
     ax.set_xlim(0.1, 1e4)
     ax.set_ylim(0.01, 4000)
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
-    ax.set_ylabel("attainable TFLOP/s")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)", fontsize=9)
+    ax.set_ylabel("attainable TFLOP/s", fontsize=9)
+    ax.tick_params(labelsize=8)
     ax.set_title(f"{gpu.name}: {gpu.hbm_bytes_per_s / 1e12:.2f} TB/s, "
                  f"{gpu.flops_per_s / 1e12:.0f} TFLOP/s float16", fontsize=9)
     return ax
+
+
+def png_bytes(fig, dpi: float, colors: int = 16) -> bytes:
+    """``fig`` as a PNG with a palette of ``colors`` shades: a quarter of the bytes of
+    matplotlib's RGBA, for a widget that stores many views of a black-and-white figure."""
+    from PIL import Image
+
+    raw = io.BytesIO()
+    fig.savefig(raw, format="png", dpi=dpi)
+    raw.seek(0)
+    small = io.BytesIO()
+    Image.open(raw).convert("RGB").quantize(colors).save(small, format="png", optimize=True)
+    return small.getvalue()
