@@ -107,8 +107,9 @@ class KVCache:
             if not 1 <= window <= capacity:
                 raise ValueError(
                     f"window must be between 1 and the context length {capacity} (the most "
-                    f"keys one query may see), got window={window}; a window of the whole "
-                    "context is the full cache: pass window=None")
+                    f"keys one query may see), got window={window}; a wider window would let "
+                    "a query see more keys than the module allows (window=None keeps every "
+                    "token up to the context length)")
             capacity = window  # a ring of W slots: a sliding window never holds more
         k = torch.zeros(batch, n_kv_heads, capacity, d_head, device=device, dtype=dtype)
         real = torch.zeros(batch, capacity, dtype=torch.bool, device=device)
