@@ -122,3 +122,21 @@ def test_overlap_condition():
     assert overlap_tokens(312e12, 300e9, causal=True) == 2 * overlap_tokens(312e12, 300e9)
     with pytest.raises(ValueError, match="positive"):
         overlap_tokens(0, 1e9)
+
+
+def test_what_the_chapter_says_of_the_cpu_flash_kernel():
+    """It returns the log-sum-exp, reports 0 (not -inf) for a query that sees no key, with a
+    zero output; the public SDPA returns the output only."""
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(1, 1, 4, 3, dtype=torch.float64) for _ in range(3))
+    bias = torch.zeros(1, 1, 1, 4, dtype=torch.float64)
+    bias[..., :2] = float("-inf")  # keys 0 and 1 masked: with causality, queries 0, 1 see none
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        q, k, v, 0.0, True, attn_mask=bias)
+    assert lse.shape == (1, 1, 4)
+    assert (lse[0, 0, :2] == 0).all() and (out[0, 0, :2] == 0).all()
+    s = (q @ k.transpose(-1, -2) / 3**0.5 + bias).masked_fill(
+        torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf"))
+    torch.testing.assert_close(lse[0, 0, 2:], torch.logsumexp(s, -1)[0, 0, 2:])
+    assert isinstance(F.scaled_dot_product_attention(q, k, v), torch.Tensor)
