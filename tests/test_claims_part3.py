@@ -188,6 +188,22 @@ def test_mha_is_causal_hint_needs_a_mask_and_is_not_checked():
     torch.testing.assert_close(y_wrong_hint, y_causal)
 
 
+def test_mha_default_need_weights_runs_the_explicit_steps_not_sdpa():
+    """Chapter 11: need_weights=True (the default) computes (B·h, T, T) scores and weights
+    itself and returns the head-averaged weights; only need_weights=False calls SDPA."""
+    mha, x = mha_and_input(heads=2)
+    blocked = torch.ones(6, 6, dtype=torch.bool).triu(1)
+    with Calls() as log:
+        y, w = mha(x, x, x, attn_mask=blocked)
+    assert not any("scaled_dot_product" in n for n in log.names)
+    assert any("softmax" in n for n in log.names)
+    assert w.shape == (2, 6, 6)
+    with Calls() as log:
+        y_sdpa = mha(x, x, x, attn_mask=blocked, need_weights=False)[0]
+    assert any("scaled_dot_product" in n for n in log.names)
+    torch.testing.assert_close(y, y_sdpa)
+
+
 @pytest.mark.parametrize("kwargs", [dict(need_weights=True),
                                     dict(need_weights=False,
                                          key_padding_mask=torch.zeros(2, 6, dtype=torch.bool))])
@@ -234,6 +250,22 @@ def test_explicit_forward_keeps_four_score_sized_tensors_alive():
         peak = LiveTensorBytes.of(lambda: attn(x))
     tt, qkvy = B * T * T * 4, 4 * B * T * d * 4
     assert round((peak - qkvy) / tt) == 4
+
+
+def test_tiled_forward_holds_two_tiles_and_the_block_output_at_most():
+    """Chapter 10, Exercise 10.3: besides Y and the log-sum-exp, the tiled forward holds at most
+    2·B·b² numbers of tiles plus about 5·B·b·d for the query block (measured, b = 256 and 128)."""
+    from attnbook.online import tiled_attention
+
+    B, T, d = 2, 512, 32
+    q, k, v = (torch.randn(B, T, d) for _ in range(3))
+    for b in (256, 128):
+        with torch.no_grad():
+            peak = LiveTensorBytes.of(lambda b=b: tiled_attention(q, k, v, block_size=b))
+        extra = peak - (B * T * d + B * T) * 4
+        tiles_and_block = (2 * B * b * b + 5 * B * b * d + 8 * B * b) * 4
+        assert extra <= tiles_and_block + 2 * b * b, (b, extra)  # + the (b, b) bool causal mask
+        assert extra >= 2 * B * b * b * 4  # a tile of scores and its exponentials coexist
 
 
 def test_fused_forward_holds_no_score_sized_tensor():
