@@ -227,3 +227,31 @@ def test_every_transfer_is_waited_on_after_the_next_compute(monkeypatch):
             later = [c for c in computes if c > i]
             if later:  # the next step's compute runs between posting and waiting
                 assert later[0] < waited, (e, log)
+
+
+def test_a_rank_holds_at_most_three_key_value_shards(monkeypatch):
+    """On a faked ring of four: while a step computes, the rank holds its own K, V (the caller
+    keeps them), the shard in hand and the one arriving; no older shard stays alive."""
+    import weakref
+
+    import attnbook.ring as ring
+
+    P, alive, held_counts = 4, [], []
+    monkeypatch.setattr(ring.dist, "get_rank", lambda group=None: 2)
+    monkeypatch.setattr(ring.dist, "get_world_size", lambda group=None: P)
+
+    def fake_pass_on(tensors, group):
+        arriving = [t.clone() for t in tensors]
+        alive.append(weakref.ref(arriving[0]))  # one key shard per pair
+        return arriving, []
+
+    def counting_fold(*args, **kwargs):
+        held_counts.append(1 + sum(r() is not None for r in alive))  # + the caller's own
+        return fold(*args, **kwargs)
+
+    fold = ring.fold_shard
+    monkeypatch.setattr(ring, "pass_on", fake_pass_on)
+    monkeypatch.setattr(ring, "fold_shard", counting_fold)
+    q, k, v = (torch.randn(1, 8, 3, dtype=torch.float64) for _ in range(3))
+    ring.ring_attention_forward(q, k, v, None, True, "zigzag", None, 4, "tiled")
+    assert held_counts == [2, 3, 3, 2]  # three at steps 1 .. P - 2
