@@ -21,6 +21,11 @@ LABELS = {"explicit": "explicit (attnbook.Attention)", "fused": "fused (Attentio
           "fused_general": "general route, (B, 1, T, T) mask",
           "online_mixed": "online, mixed padding"}
 MAIN = ["explicit", "fused", "online", "mha", "sdpa"]
+# Colour is never the only mark: each method also has its own marker and line style.
+MARKERS = {"explicit": "o-", "fused": "s-", "online": "^--", "mha": "D-.", "sdpa": "x:",
+           "online_autograd": "v--", "sdpa_3d": "P-.", "mha_causal": "d:"}
+PAD_MARKERS = {"fused_left": "o-", "fused_right": "s-", "fused_mixed": "^-",
+               "fused_general": "D-.", "online_mixed": "v--"}
 
 
 def _T_axis(ax, Ts, title: str) -> None:
@@ -67,7 +72,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, mode in zip(axes, MODES):
         for m in MAIN:
-            ax.loglog(Ts, [med(d0, T, mode, m) * 1e3 for T in Ts], "o-", color=COLOURS[m],
+            ax.loglog(Ts, [med(d0, T, mode, m) * 1e3 for T in Ts], MARKERS[m], color=COLOURS[m],
                       label=LABELS[m], ms=4)
         guide(ax, [med(d0, T, mode, "explicit") * 1e3 for T in Ts], 2, "∝ T²")
         _T_axis(ax, Ts, f"{mode}, B={cfg.B}, d={d0}, float32")
@@ -83,7 +88,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
                 ys = [memory.get((m, d0, T), {}).get(mode) for T in Ts]
                 if None in ys:
                     continue
-                ax.loglog(Ts, [max(y, 0.01) for y in ys], "o-", color=COLOURS[m],
+                ax.loglog(Ts, [max(y, 0.01) for y in ys], MARKERS[m], color=COLOURS[m],
                           label=LABELS[m], ms=4)
             if ("explicit", d0, Ts[0]) in memory:
                 guide(ax, [max(memory[("explicit", d0, T)][mode], 0.01) for T in Ts], 2, "∝ T²")
@@ -97,9 +102,9 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for ax, mode in zip(axes, MODES):
         for m in ["fused", "mha", "mha_causal", "online", "explicit", "sdpa_3d"]:
-            for d, style in zip(cfg.widths, ["o-", "s--"]):
+            for d in cfg.widths:
                 ys = [med(d, T, mode, m) / med(d, T, mode, "sdpa") for T in Ts]
-                ax.semilogy(Ts, ys, style, color=COLOURS[m], ms=4, label=f"{m}, d={d}")
+                ax.semilogy(Ts, ys, MARKERS[m], color=COLOURS[m], ms=4, label=f"{m}, d={d}")
         _ratio_axes(ax, Ts, 1.1, f"time relative to raw SDPA, {mode}")
     axes[0].set_ylabel("time / time of raw SDPA")
     axes[1].legend(fontsize=7, ncol=2)
@@ -110,7 +115,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
     for ax, mode in zip(axes, MODES):
         for m in ["fused_left", "fused_right", "fused_mixed", "fused_general", "online_mixed"]:
             ys = [med(d0, T, mode, m) / med(d0, T, mode, "fused") for T in Ts]
-            ax.semilogy(Ts, ys, "o-" if m.startswith("fused") else "s--", color=COLOURS[m],
+            ax.semilogy(Ts, ys, PAD_MARKERS[m], color=COLOURS[m],
                         ms=4, label=LABELS[m])
         _ratio_axes(ax, Ts, 1.3, f"padded / unpadded fused, {mode}, B={cfg.B}, d={d0}")
     axes[0].set_ylabel("time / time of the unpadded fused path")
@@ -122,7 +127,7 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(5.5, 3.6))
     ax.plot(ps["length"], [t * 1e3 for t in ps["recompute"]], "o-", color="tab:red",
             label="recompute everything (SDPA)")
-    ax.plot(ps["length"], [t * 1e3 for t in ps["cache"]], "o-", color="tab:blue",
+    ax.plot(ps["length"], [t * 1e3 for t in ps["cache"]], "s--", color="tab:blue",
             label="KV cache")
     ax.set_xlabel("tokens already in the sequence")
     ax.set_ylabel("time of one step (ms)")
@@ -138,7 +143,8 @@ def figures(cfg, times, memory, kv, outdir: Path) -> list[Path]:
             xs = [g + (2 * i + j - 1.5) * width for g in range(len(GENERATORS))]
             ys = [kv["times"][name, cache, n].median for name in GENERATORS]
             ax.bar(xs, ys, width, label=f"{'cache' if cache else 'recompute'}, {n} thread(s)",
-                   color=("tab:blue" if cache else "tab:red"), alpha=0.5 + 0.5 * i)
+                   color=("tab:blue" if cache else "tab:red"), alpha=0.5 + 0.5 * i,
+                   hatch=("" if cache else "//") + ("" if i == 0 else ".."), edgecolor="black")
     ax.set_xticks(range(len(GENERATORS)), GENERATORS)
     ax.set_yscale("log")
     ax.set_ylabel("seconds (median)")
