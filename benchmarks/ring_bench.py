@@ -7,9 +7,9 @@ Every rank shards the same causal sequence and times the forward and backward pa
 ``attnbook.ring.ring_attention`` with each per-step kernel (``tiled``: chapter 10's Python
 loop; ``fused``: PyTorch's CPU flash kernel, which returns the log-sum-exp the merge needs),
 interleaved by ``attnbook.measure.compare`` (warm-up, then repeats, median and spread). It
-reports per rank: the scores it computes (work), the median wall time of the pass, and, from
-one more pass, the seconds it spends in the per-step attention (waits excluded) and the peak
-rise of its resident set (its inputs included). Printed as Markdown tables, the
+reports per rank: the scores it computes (work), the median wall time of the pass, the seconds one
+more pass spends in the per-step attention (waits excluded), and the peak rise of its
+resident set during a last pass (its inputs included). Printed as Markdown tables, the
 second one the fused kernel's speed-up.
 
 All ranks share this machine's cores: with more ranks than cores, the wall time measures the
@@ -80,9 +80,10 @@ def _rank(rank, world, port, args, path):
                          threads=1)
         work = ring.visible_scores(args.T, world, layout)[rank]
         for kernel in args.kernels:
-            clock[kernel] = 0.0  # the compute seconds of this one more pass
-            peak = peak_above_baseline(lambda kernel=kernel: forward_backward(kernel))
+            clock[kernel] = 0.0  # the compute seconds of one more pass, not watched for memory
+            forward_backward(kernel)
             compute = clock[kernel]
+            peak = peak_above_baseline(lambda kernel=kernel: forward_backward(kernel))
             rows.append((layout, kernel, rank, work, compute, timing[kernel].median,
                          timing[kernel].spread, peak))
     gathered = [None] * world
