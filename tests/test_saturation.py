@@ -15,6 +15,7 @@ from attnbook.saturation import (
     entropy,
     gradient_sweep,
     jacobian_norm,
+    linear_init_weight,
     logit_spread,
     max_weight,
     query_gradient,
@@ -171,3 +172,41 @@ def test_raw_scores_give_larger_gradients_at_small_widths_and_vanishing_ones_at_
         by[16, "sqrt(d)"]["grad_per_entry"], rel=0.25)
     for r in rows:
         assert r["grad_per_entry"] == pytest.approx(r["grad"] / math.sqrt(r["d"]))
+
+
+# A realistic initialisation: nn.Linear's default, entry variance 1/3 ---------------------------
+
+
+def test_linear_init_weight_is_nn_linears_initialisation():
+    torch.manual_seed(4)
+    layer = torch.nn.Linear(6, 5, bias=False)
+    w = linear_init_weight(6, 5, seed=4, dtype=torch.float32)  # (in, out): the book's W
+    assert torch.equal(w, layer.weight.T)
+    big = linear_init_weight(512, 512, seed=0)  # float64
+    assert big.dtype == torch.float64 and big.abs().max() <= 1 / math.sqrt(512)
+    assert big.var().item() * 3 * 512 == pytest.approx(1.0, rel=0.02)
+
+
+def test_linear_init_scores_have_variance_d_over_9():
+    # Entry variance 1/3 for queries and keys, so Var(q·k) = d/9: a spread of sqrt(d)/3.
+    d = 256
+    raw = score_rows(d, 400, 16, "none", seed=0, init="linear")  # (rows, keys)
+    assert raw.var().item() / (d / 9) == pytest.approx(1.0, rel=0.1)
+    # The same queries and keys in query_gradient: its gradient is (1/τ) Kᵀ J V g, finite.
+    assert torch.isfinite(query_gradient(d, 50, 16, "none", seed=0, init="linear")).all()
+
+
+def test_linear_init_saturates_only_at_widths_nine_times_larger():
+    # The raw spread at width 9d with nn.Linear's init is the unit-entry spread at width d.
+    unit = saturation_sweep([64], scales=("none",), rows=200)[0]
+    lin = saturation_sweep([576], scales=("none",), rows=200, init="linear")[0]
+    assert lin["spread"] == pytest.approx(unit["spread"], rel=0.15)
+    small = saturation_sweep([64], scales=("none",), rows=200, init="linear")[0]
+    assert small["saturated"] < 0.05 < unit["saturated"]
+
+
+def test_unknown_init_is_rejected():
+    with pytest.raises(ValueError, match="init must be one of"):
+        score_rows(4, 2, 3, init="xavier")
+    with pytest.raises(ValueError, match="init must be one of"):
+        query_gradient(4, 2, 3, init="xavier")

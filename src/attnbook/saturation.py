@@ -7,6 +7,13 @@ weights, the norm of the softmax Jacobian (the factor a gradient is multiplied b
 from the weights to the scores), and the gradient that finally reaches the query, which also
 carries the factor 1/divisor. Sampling is done in float64 from a CPU generator, so the numbers
 are the same on every machine.
+
+Two ways to draw the queries and keys (``init``): ``"unit"``, entries N(0, 1), the theorem's
+assumption; and ``"linear"``, a realistic layer at initialisation: token vectors with N(0, 1)
+entries projected by matrices with ``nn.Linear``'s default initialisation (uniform on
+±1/√fan_in, variance 1/(3·fan_in)), whose query and key entries have variance 1/3. What
+saturates the softmax is the variance of the raw scores, d·σ_q²·σ_k²: d with ``"unit"``, d/9
+with ``"linear"``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ from .softmax import softmax_jacobian, stable_softmax
 
 #: The divisors the book compares: none, the square root of the width, the width itself.
 SCALES = ("none", "sqrt(d)", "d")
+
+#: How queries and keys are drawn: N(0, 1) entries, or through nn.Linear's default init.
+INITS = ("unit", "linear")
 
 
 def divisor(d: int, scale: str | float = "sqrt(d)") -> float:
@@ -48,6 +58,53 @@ def _generator(seed: int | torch.Generator) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+def linear_init_weight(d_in: int, d_out: int, seed: int | torch.Generator = 0,
+                       dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """A ``(d_in, d_out)`` matrix W drawn as ``nn.Linear(d_in, d_out)`` draws its weight.
+
+    ``nn.Linear`` initialises ``weight`` (shape ``(out, in)``) with
+    ``kaiming_uniform_(a=sqrt(5))``: uniform on ±1/√d_in, variance 1/(3·d_in). This returns its
+    transpose, the book's W (``x @ W``). In float32 and with the same seed it is exactly
+    ``nn.Linear``'s weight after ``torch.manual_seed(seed)``, transposed; in float64 (the
+    default, as the rest of this module) it has the same distribution, not the same numbers.
+
+    Args:
+        d_in: input width (fan-in).
+        d_out: output width.
+        seed: a seed or a CPU ``torch.Generator``.
+        dtype: the dtype to draw in.
+
+    Returns:
+        W, of the given dtype.
+
+    Shape:
+        -> (d_in, d_out)
+    """
+    weight = torch.empty(d_out, d_in, dtype=dtype)  # (out, in), as nn.Linear stores it
+    torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=_generator(seed))
+    return weight.T
+
+
+def _check_init(init: str) -> None:
+    if init not in INITS:
+        raise ValueError(f"init must be one of {INITS}, got {init!r}")
+
+
+def _queries_keys_values(d: int, rows: int, keys: int, init: str, g: torch.Generator):
+    """q (rows, 1, d), K (rows, keys, d), V (rows, keys, d) drawn as ``init`` says."""
+    _check_init(init)
+    if init == "unit":
+        q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
+        k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+        v = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+        return q, k, v
+    # One layer's W_q, W_k, W_v (as nn.Linear(d, d) draws them) for every row.
+    w_q, w_k, w_v = (linear_init_weight(d, d, g) for _ in range(3))  # (d, d) each
+    x_q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d): query token
+    x_k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    return x_q @ w_q, x_k @ w_k, x_k @ w_v
+
+
 def dot_products(d: int, n: int, seed: int | torch.Generator = 0) -> torch.Tensor:
     """``n`` independent dot products q·k of random vectors with N(0, 1) entries.
 
@@ -69,7 +126,7 @@ def dot_products(d: int, n: int, seed: int | torch.Generator = 0) -> torch.Tenso
 
 
 def score_rows(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
-               seed: int | torch.Generator = 0) -> torch.Tensor:
+               seed: int | torch.Generator = 0, init: str = "unit") -> torch.Tensor:
     """Rows of scores: each row is one random query against its own ``keys`` random keys.
 
     Args:
@@ -78,6 +135,9 @@ def score_rows(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
         keys: keys per query (the length of a row, like T).
         scale: what the dot products are divided by (see :func:`divisor`).
         seed: a seed or a CPU ``torch.Generator``.
+        init: ``"unit"`` (entries N(0, 1)) or ``"linear"`` (token vectors through one layer's
+            ``nn.Linear`` default initialisation; entries of variance 1/3), see the module
+            docstring.
 
     Returns:
         Scores ``q · k_j / divisor``, float64.
@@ -86,8 +146,12 @@ def score_rows(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
         -> (rows, keys)
     """
     g = _generator(seed)
-    q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
-    k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    _check_init(init)
+    if init == "unit":  # only q and K, drawn as _queries_keys_values draws them
+        q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
+        k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    else:
+        q, k, _ = _queries_keys_values(d, rows, keys, init, g)
     raw = (q @ k.transpose(-2, -1)).squeeze(-2)  # (rows, keys)
     return raw / divisor(d, scale)
 
@@ -153,8 +217,8 @@ def jacobian_norm(weights: torch.Tensor, ord: int | str = 2) -> torch.Tensor:
 def saturation(scores: torch.Tensor) -> dict[str, float]:
     """The measurements of a batch of score rows, each summarised by its median over the rows.
 
-    The median, not the mean: without scaling, most rows are saturated (Jacobian norm near 0)
-    while a few rows whose top two scores happen to be close are not, and those few would
+    The median, not the mean: once raw scores spread widely, many rows are saturated (Jacobian
+    norm near 0) while the rows whose top two scores happen to be close are not, and those would
     dominate a mean.
 
     Args:
@@ -179,7 +243,7 @@ def saturation(scores: torch.Tensor) -> dict[str, float]:
 
 
 def saturation_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
-                     seed: int = 0) -> list[dict]:
+                     seed: int = 0, init: str = "unit") -> list[dict]:
     """Measure saturation for each width in ``ds`` and each scaling rule in ``scales``.
 
     Every rule sees the same queries and keys for a given width, so the rows of the result
@@ -191,6 +255,7 @@ def saturation_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
         rows: score rows per width (the sample the medians are taken over).
         keys: keys per row (the length of a row, like T).
         seed: one seed for the whole sweep; each width gets its own generator from it.
+        init: how queries and keys are drawn (see :func:`score_rows`).
 
     Returns:
         One dict per (width, rule): ``d``, ``scale`` and the measurements of :func:`saturation`.
@@ -198,7 +263,7 @@ def saturation_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
     out = []
     for d in ds:
         # Seeding per width makes a width's numbers independent of the other widths in ds.
-        raw = score_rows(d, rows, keys, "none", seed=seed * 100_003 + d)  # (rows, keys)
+        raw = score_rows(d, rows, keys, "none", seed=seed * 100_003 + d, init=init)  # (rows, keys)
         for scale in scales:
             out.append({"d": d, "scale": scale, **saturation(raw / divisor(d, scale))})
     return out
@@ -225,7 +290,7 @@ def variance_sweep(ds, n: int = 4000, seed: int = 0) -> list[dict[str, float]]:
 
 
 def query_gradient(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
-                   seed: int | torch.Generator = 0) -> torch.Tensor:
+                   seed: int | torch.Generator = 0, init: str = "unit") -> torch.Tensor:
     """The length of the gradient that reaches each query, ‖∂L/∂q‖, measured with autograd.
 
     Each row is one query q against its own ``keys`` keys K and values V (entries N(0, 1), the
@@ -240,6 +305,8 @@ def query_gradient(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
         keys: keys per query.
         scale: what the dot products are divided by, τ (see :func:`divisor`).
         seed: a seed or a CPU ``torch.Generator``.
+        init: how q, K and V are drawn (see :func:`score_rows`; with ``"linear"`` the values
+            are the key tokens through a third matrix, W_v).
 
     Returns:
         ‖∂L/∂q‖ for every row, float64.
@@ -248,9 +315,7 @@ def query_gradient(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
         -> (rows,)
     """
     g = _generator(seed)
-    q = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
-    k = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
-    v = torch.randn(rows, keys, d, generator=g, dtype=torch.float64)  # (rows, keys, d)
+    q, k, v = _queries_keys_values(d, rows, keys, init, g)  # (rows, 1, d), (rows, keys, d) x 2
     upstream = torch.randn(rows, 1, d, generator=g, dtype=torch.float64)  # (rows, 1, d)
     q.requires_grad_(True)
     weights = stable_softmax(q @ k.transpose(-2, -1) / divisor(d, scale), dim=-1)  # (rows, 1, keys)
@@ -261,7 +326,7 @@ def query_gradient(d: int, rows: int, keys: int, scale: str | float = "sqrt(d)",
 
 
 def gradient_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
-                   seed: int = 0) -> list[dict]:
+                   seed: int = 0, init: str = "unit") -> list[dict]:
     """Median ‖∂L/∂q‖ (see :func:`query_gradient`) for each width in ``ds`` and rule in ``scales``.
 
     For a given width every rule sees the same queries, keys, values and upstream gradients,
@@ -273,6 +338,7 @@ def gradient_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
         rows: rows per width (the sample the median is taken over).
         keys: keys per row.
         seed: one seed for the whole sweep; each width gets its own generator from it.
+        init: how q, K and V are drawn (see :func:`query_gradient`).
 
     Returns:
         One dict per (width, rule): ``d``, ``scale``, ``grad`` (the median of ‖∂L/∂q‖ over the
@@ -281,7 +347,8 @@ def gradient_sweep(ds, scales=SCALES, rows: int = 400, keys: int = 16,
     out = []
     for d in ds:
         for scale in scales:
-            norms = query_gradient(d, rows, keys, scale, seed=seed * 100_003 + d)  # (rows,)
+            norms = query_gradient(d, rows, keys, scale, seed=seed * 100_003 + d,
+                                   init=init)  # (rows,)
             grad = norms.median().item()
             out.append({"d": d, "scale": scale, "grad": grad,
                         "grad_per_entry": grad / math.sqrt(d)})
