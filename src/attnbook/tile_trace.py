@@ -192,7 +192,7 @@ def tile_kind(i0: int, i1: int, j0: int, j1: int, causal: bool) -> str:
 
 def draw_tiles(ax, T_q: int, T_k: int, block: int, causal: bool = True,
                labels: dict | None = None, current: tuple[int, int] | None = None,
-               fontsize: float = 8):
+               fontsize: float = 9):
     """The (query block, key block) grid in the book's style: computed tiles blue, diagonal tiles
     green with their masked part hatched, skipped tiles white and marked "skip"; so colour is
     never the only cue. ``labels`` maps (I, J) to a text written in that tile; ``current`` gets
@@ -276,7 +276,8 @@ def forward_alt(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int) -> str
                 f"running sum ℓ = {ls}. Largest error of the partial output: "
                 f"{_error_text(errors[j])}.")
     return (f"Tile grid; program {i} (query rows {_rows(i0, i1)}): key block {j} is wholly in "
-            f"the future, skipped and never loaded; the loop ended after {len(steps)} tiles with "
+            f"the future, skipped and never loaded; the loop ended after {len(steps)} "
+            f"tile{'s' if len(steps) > 1 else ''} with "
             f"an output error of {_error_text(errors[-1])}.")
 
 
@@ -345,7 +346,7 @@ def show_forward_step(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int,
             bar.set_linewidth(2.5)
         if n <= now:
             a_err.text(bar.get_x() + bar.get_width() / 2, heights[n] * 1.6,
-                       _error_text(errors[n]), ha="center", va="bottom", fontsize=7.5)
+                       _error_text(errors[n]), ha="center", va="bottom", fontsize=8)
     a_err.set_yscale("log")
     a_err.set_ylim(floor, 1e3)
     a_err.set_xticks(xs, [f"{n}" for n in xs])
@@ -403,14 +404,15 @@ def show_backward_step(trace: BackwardTrace, reference: tuple, n: int):
                                              gridspec_kw={"width_ratios": [1.3, 0.8, 1.1]})
     labels = {(s["i0"] // b, s["j0"] // b): str(k + 1) for k, s in enumerate(done)}
     cur = None if current is None else (current["i0"] // b, current["j0"] // b)
-    draw_tiles(a_grid, trace.T_q, trace.T_k, b, trace.causal, labels, current=cur)
+    draw_tiles(a_grid, trace.T_q, trace.T_k, b, trace.causal, labels, current=cur,
+               fontsize=9 if max(n_q, n_k) <= 4 else 7.5)
     for I in range(n_q):  # dQ row blocks: how many atomic adds so far
         k = sum(1 for s in done if s["i0"] // b == I)
         hit = cur is not None and cur[0] == I
         a_grid.add_patch(Rectangle((n_k + 0.25, I + 0.1), 0.9, 0.8, fc="#f2f2f2",
                                    ec=CURRENT if hit else "grey", lw=2.5 if hit else 0.8))
-        a_grid.text(n_k + 0.7, I + 0.5, f"+{k}", ha="center", va="center", fontsize=8)
-    a_grid.text(n_k + 0.7, n_q + 0.7, "dQ\nadds", ha="center", va="center", fontsize=7.5)
+        a_grid.text(n_k + 0.7, I + 0.5, f"+{k}", ha="center", va="center", fontsize=9)
+    a_grid.text(n_k + 0.7, n_q + 0.7, "dQ\nadds", ha="center", va="center", fontsize=8.5)
     for J in range(n_k):  # dK, dV blocks: waiting, in registers, stored
         column = [s for s in trace.steps if s["j0"] // b == J]
         k = sum(1 for s in done if s["j0"] // b == J)
@@ -418,8 +420,8 @@ def show_backward_step(trace: BackwardTrace, reference: tuple, n: int):
         hit = cur is not None and cur[1] == J
         a_grid.add_patch(Rectangle((J + 0.05, n_q + 0.25), 0.9, 0.9, fc="#f2f2f2",
                                    ec=CURRENT if hit else "grey", lw=2.5 if hit else 0.8))
-        a_grid.text(J + 0.5, n_q + 0.7, state, ha="center", va="center", fontsize=7)
-    a_grid.text(-0.1, n_q + 0.7, "dK, dV\n(✓ stored)", ha="right", va="center", fontsize=7)
+        a_grid.text(J + 0.5, n_q + 0.7, state, ha="center", va="center", fontsize=8.5)
+    a_grid.text(-0.1, n_q + 0.7, "dK, dV\n(✓ stored)", ha="right", va="center", fontsize=8.5)
     a_grid.set_xlim(0, n_k + 1.2)
     a_grid.set_ylim(n_q + 1.2, 0)
     if current is None:
@@ -456,6 +458,6 @@ def show_backward_step(trace: BackwardTrace, reference: tuple, n: int):
     a_err.set_xlabel("step (0: D only)")
     a_err.set_ylabel("‖autograd − accumulated‖ / ‖autograd‖")
     a_err.set_title("distance from autograd's gradients", fontsize=8.5)
-    a_err.legend(fontsize=7.5, loc="upper right")
+    a_err.legend(fontsize=8.5, loc="upper right")
     fig.tight_layout()
     return fig
