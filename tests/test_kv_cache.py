@@ -362,3 +362,36 @@ def test_the_nan_kernel_would_break_a_bare_mask():
         _kernel_with_nan_on_empty_rows(mp)
         out = F.scaled_dot_product_attention(q, q, q, attn_mask=allowed)
     assert out[0, 0, 0].isnan().all() and torch.isfinite(out[0, 0, 1]).all()
+
+
+@pytest.mark.parametrize("window", [None, 3])
+def test_padded_prompt_then_tokens_without_a_mask_equal_the_full_forward(window):
+    """Generation after a left-padded prompt: the new tokens come without a padding mask (they
+    are real), so the steps skip the empty-row rule but must still mask the prompt's padding."""
+    m = Attention(8, 16).double()
+    B, P, T = 3, 5, 9
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    pad = torch.ones(B, T, dtype=torch.bool)
+    pad[:, :P] = random_padding(B, P, "left")
+    cache = KVCache.for_module(m, B, window=window)
+    pieces = [cached_attention(m, x[:, :P], cache, pad[:, :P])]
+    assert cache.padded
+    pieces += [cached_attention(m, x[:, t : t + 1], cache) for t in range(P, T)]
+    if window is None:
+        full = m(x, pad)
+    else:
+        from attnbook.kv_cache import window_attention
+        q, k, v = m.project_heads(x)
+        full = m.merge(window_attention(q, k, v, window, pad))
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=1e-10, atol=1e-10)
+
+
+def test_a_cache_fed_without_padding_needs_no_key_mask():
+    """`padded` records whether any padding mask was appended (one of all True counts): the
+    steps of an unpadded generation then call SDPA with no mask at all."""
+    m = Attention(8, 16)
+    cache = KVCache.for_module(m, 2)
+    cached_attention(m, torch.randn(2, 4, 8), cache)
+    assert not cache.padded
+    cached_attention(m, torch.randn(2, 1, 8), cache, torch.ones(2, 1, dtype=torch.bool))
+    assert cache.padded

@@ -73,6 +73,8 @@ class KVCache:
         length: how many tokens have been appended (their positions are 0 .. length - 1).
         window: keep only the last ``window`` tokens (sliding-window attention); None keeps all.
             A window cache has exactly ``window`` slots and takes any number of tokens.
+        padded: True once tokens were appended with a padding mask (even one of all True).
+            While it is False every cached key is real, so steps need no key mask at all.
 
     Shape:
         k, v: (B, h_kv, capacity, d_h); real: (B, capacity), capacity = window with a window
@@ -83,6 +85,7 @@ class KVCache:
     real: torch.Tensor
     length: int = 0
     window: int | None = None
+    padded: bool = False
 
     @classmethod
     def empty(cls, batch: int, capacity: int, d_head: int, n_kv_heads: int = 1, *,
@@ -149,6 +152,7 @@ class KVCache:
             raise ValueError(f"the cache holds {self.capacity} tokens (the module's "
                              f"context_length); {self.length} are used and {t} more do not "
                              "fit; a sliding-window cache (window=W) takes any length")
+        self.padded = self.padded or real_new is not None
         real_new = True if real_new is None else real_new
         if self.window is None:
             slots = slice(self.length, self.length + t)
@@ -219,18 +223,23 @@ def cached_attention(
     cache.append(k_new, v_new, padding_mask)
     L = cache.length
     k, v = cache.k[:, :, :L], cache.v[:, :, :L]  # (B, h_kv, L, d_h)
+    keys = key_mask(cache.real[:, :L]) if cache.padded else None  # (B, 1, 1, L); None: all real
+    # New tokens given without a padding mask are real, and each new query sees its own key, so
+    # none of their rows can be empty: the empty-row rule (a few more operations) is skipped.
+    own_key_real = padding_mask is None
     if start == 0:  # prefill: the prompt attends to itself (is_causal + key mask)
         heads = fused_attention(q, k, v, padding_mask)
     elif t == 1:  # one new token sees every cached key: only padding is masked
-        heads = attend(q, k, v, key_mask(cache.real[:, :L]))
+        heads = attend(q, k, v, keys, own_key_real=own_key_real)
     else:  # chunked prefill: the causal rows start .. start + t, aligned bottom-right
-        allowed = ~attn.mask[start:L, :L] & key_mask(cache.real[:, :L])  # (B, 1, t, L)
-        heads = attend(q, k, v, allowed)
+        allowed = ~attn.mask[start:L, :L]  # (t, L)
+        allowed = allowed if keys is None else allowed & keys  # (B, 1, t, L) with padding
+        heads = attend(q, k, v, allowed, own_key_real=own_key_real)
     return attn.merge(heads)  # (B, t, d)
 
 
-def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-           allowed: torch.Tensor) -> torch.Tensor:
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, *,
+           own_key_real: bool = False) -> torch.Tensor:
     """SDPA with a bool mask (True = may attend) under the library's empty-row rule.
 
     A query row with no allowed key is made to see every key, so no kernel meets an all-blocked
@@ -238,13 +247,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     zero gradients: the rule of :func:`attnbook.fused.general_masked_attention` and of the
     explicit module. No branch reads the mask's values.
 
+    Args:
+        q, k, v: queries, keys and values (fewer key/value heads than query heads: GQA).
+        allowed: True where a query may see a key; None lets every query see every key.
+        own_key_real: the caller knows that every query may see its own key and that key is
+            real (new tokens given without padding), so no row can be empty and the rule's
+            extra operations are skipped. A fact about the call, not read from the mask.
+
     Shape:
         q: (B, h, t, d_h); k, v: (B, h_kv, L, d_h); allowed: broadcastable to (B, h, t, L)
         -> (B, h, t, d_h)
     """
+    gqa = k.size(1) != q.size(1)
+    if allowed is None or own_key_real:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
     empty = ~allowed.any(dim=-1, keepdim=True)  # (..., t, 1): rows that see no key
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty,
-                                         enable_gqa=k.size(1) != q.size(1))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed | empty, enable_gqa=gqa)
     return out.masked_fill(empty, 0.0)
 
 
@@ -274,7 +292,7 @@ def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache
     allowed = (behind >= 0) & (behind < W) & key_mask(real)  # (B, 1, t, n + t)
     k = torch.cat([cache.k[:, :, :n], k_new], dim=2)  # (B, h_kv, n + t, d_h)
     v = torch.cat([cache.v[:, :, :n], v_new], dim=2)
-    out = attend(q, k, v, allowed)
+    out = attend(q, k, v, allowed, own_key_real=padding_mask is None)
     cache.append(k_new, v_new, padding_mask)
     return out
 
