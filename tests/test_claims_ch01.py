@@ -95,7 +95,7 @@ def test_two_stacked_causal_layers_tell_orders_apart_that_one_layer_cannot(seed)
     x = torch.randn(1, 6, 8, dtype=torch.float64)
     perm = [1, 0, 2, 3, 4, 5]  # swap the first two tokens
     with torch.no_grad():
-        torch.testing.assert_close(attn(x[:, perm])[0, 2], attn(x)[0, 2])  # one layer: a set
+        torch.testing.assert_close(attn(x[:, perm])[0, 2], attn(x)[0, 2])  # one layer: a multiset
         two, two_perm = attn(attn(x)), attn(attn(x[:, perm]))
     assert (two[0, 2] - two_perm[0, 2]).abs().max() > 1e-3  # two layers: the order shows
 

@@ -170,3 +170,34 @@ def test_unflipped_key_padding_mask_gives_empty_rows():
     assert (without[pad] == 0).all()
     assert with_w[pad].isnan().all() and w[pad].isnan().all()
 
+
+# --- order: unmasked stacks stay blind, a causal layer sees a multiset -------------------------
+
+
+def test_a_stack_of_unmasked_layers_is_still_permutation_equivariant():
+    """Ch. 7-8: a composition of equivariant layers is equivariant, so depth adds no order."""
+    layers = [Attention(d, T).double() for _ in range(3)]
+    for layer in layers:
+        layer.mask.fill_(False)  # a copy that blocks nothing
+
+    def stack(x):
+        for layer in layers:
+            x = torch.tanh(layer(x))  # a per-token layer between the attention layers
+        return x
+
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    perm = torch.randperm(T)
+    with torch.no_grad():
+        torch.testing.assert_close(stack(x[:, perm]), stack(x)[:, perm], **TOL)
+
+
+def test_one_causal_layer_sees_the_multiset_before_a_query_and_a_stack_sees_more():
+    """Ch. 7-8: reorder tokens 0..i-1: one causal layer's output i stays, two layers' moves."""
+    torch.manual_seed(0)
+    attn = Attention(d, T).double()
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    perm = torch.tensor([2, 0, 1, 3, 4, 5])  # reorder the three tokens before position 3
+    with torch.no_grad():
+        torch.testing.assert_close(attn(x[:, perm])[:, 3:], attn(x)[:, 3:], **TOL)
+        two, two_perm = attn(attn(x)), attn(attn(x[:, perm]))
+    assert (two[:, 3] - two_perm[:, 3]).abs().max() > 1e-3
