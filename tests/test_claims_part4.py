@@ -160,6 +160,22 @@ def test_a_stack_without_positions_or_masks_is_permutation_equivariant():
     torch.testing.assert_close(model(idx[:, perm]), model(idx)[:, perm])
 
 
+def test_one_causal_layer_sees_a_multiset_and_a_causal_stack_can_see_order():
+    """Theorem thm-tiny-causal-set, and 'The theorem is about one layer, not a stack': without
+    positions, reordering the tokens before the last one leaves one causal layer's last output
+    unchanged, and changes a two-layer stack's."""
+    torch.manual_seed(0)
+    idx = torch.tensor([[0, 1, 2, 3, 4]])
+    swapped = torch.tensor([[1, 0, 3, 2, 4]])
+    for n_layers, same in ((1, True), (2, False)):
+        model = TinyModel(TinyConfig(5, 5, d_model=16, n_heads=2, n_layers=n_layers,
+                                     mlp=False, positions=False)).double()
+        with torch.no_grad():
+            last, last_swapped = model(idx)[0, -1], model(swapped)[0, -1]
+        change = (last - last_swapped).abs().max().item()
+        assert (change < 1e-12) if same else (change > 1e-3), (n_layers, change)
+
+
 def test_layernorm_gives_mean_zero_variance_one_before_scale_and_shift():
     """'LayerNorm rescales each token vector to mean 0 and variance 1 (then a learned scale and
     shift).'"""
