@@ -201,3 +201,15 @@ def test_one_causal_layer_sees_the_multiset_before_a_query_and_a_stack_sees_more
         torch.testing.assert_close(attn(x[:, perm])[:, 3:], attn(x)[:, 3:], **TOL)
         two, two_perm = attn(attn(x)), attn(attn(x[:, perm]))
     assert (two[:, 3] - two_perm[:, 3]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_a_non_finite_padding_vector_reaches_every_real_output_of_its_sequence(bad):
+    """Ch. 5 and Theorem 8.2: 0 * NaN = NaN in A V, even where the causal mask hides the key."""
+    m = Attention(d, T).double()
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    pad = torch.tensor([[True] * 4 + [False] * 2, [True] * T])  # right padding, then none
+    x[0, 5] = bad  # the last padding token, after every real query of sequence 0
+    out = m(x, pad)
+    assert out[0, pad[0]].isnan().all()  # every real query of that sequence
+    assert out[1].isfinite().all()  # the other sequence is untouched
