@@ -239,6 +239,44 @@ def test_mha_fast_path_needs_inference_even_heads_and_biases(heads, bias, fast, 
     assert not used
 
 
+# ---- Chapter 9: the allocator setting the timings run under ----------------------------------
+
+def test_keep_freed_memory_covers_buffers_up_to_32_mib_only():
+    """Chapter 9: after ``keep_freed_memory`` glibc serves a 16 MiB buffer (a float32 (B, T, T)
+    tensor at B = 4, T = 1024) from its heap, where freed memory is kept for reuse, but still maps
+    a 64 MiB one (the same at T = 2048) fresh from the operating system."""
+    import ctypes
+    import ctypes.util
+
+    from attnbook.measure import keep_freed_memory
+
+    if not keep_freed_memory():
+        pytest.skip("the allocator setting needs glibc")
+    try:
+        mallinfo2 = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallinfo2
+    except (OSError, AttributeError):
+        pytest.skip("glibc without mallinfo2 (before 2.33)")
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+            "fordblks", "keepcost")]
+
+    mallinfo2.restype = MallInfo2
+
+    def mapped_while_alive(nbytes: int) -> int:
+        """Bytes glibc holds in mmap-ed blocks while a tensor of ``nbytes`` is alive, extra."""
+        before = mallinfo2().hblkhd
+        t = torch.empty(nbytes, dtype=torch.uint8)
+        during = mallinfo2().hblkhd
+        del t
+        return during - before
+
+    MiB = 2**20
+    assert mapped_while_alive(16 * MiB) == 0
+    assert mapped_while_alive(64 * MiB) >= 64 * MiB
+
+
 # ---- Chapters 9 and 10: memory of the explicit module and of the tiled method ---------------
 
 def test_explicit_forward_keeps_four_score_sized_tensors_alive():
