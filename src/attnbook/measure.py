@@ -17,10 +17,16 @@ the same on every run). Time has one protocol, used by every lab and by ``benchm
 
 Kernel-level GPU timing (CUDA events, L2 flushing) is :func:`attnbook.gpu.timing.benchmark`;
 on the CPU it runs the loop of :func:`timings`.
+
+Two input checks live here too, :func:`check_whole_number` and :func:`check_finite`, because
+this module imports nothing heavy: the timing helpers, the lab traces
+(:mod:`attnbook.ring_trace`, :mod:`attnbook.tile_trace`) and the GPU counting helpers share them.
 """
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 import statistics
 import time
@@ -47,7 +53,12 @@ class LiveTensorBytes:
 
     @staticmethod
     def of(fn: Callable[[], object]) -> int:
-        """The peak bytes of the storages allocated (and still alive) while ``fn()`` runs."""
+        """The peak bytes of the storages allocated (and still alive) while ``fn()`` runs.
+
+        Raises:
+            TypeError: ``fn`` is not callable (e.g. ``model(x)`` instead of ``lambda: model(x)``).
+        """
+        _check_call("LiveTensorBytes.of's fn", fn)
         import weakref
 
         import torch
@@ -94,6 +105,43 @@ class LiveTensorBytes:
         return peak
 
 
+def check_whole_number(name: str, value, minimum: int = 1) -> int:
+    """``value`` if it is a whole number (an int, not a bool) of at least ``minimum``.
+
+    Raises:
+        TypeError: ``value`` is not an int (a float such as 4.0 or 2.5, a string, a bool).
+        ValueError: ``value`` is below ``minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (an int) of at least {minimum}, got "
+                        f"{value!r} of type {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"need {name} >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_finite(caller: str, **tensors) -> None:
+    """ValueError naming the tensor when one of ``tensors`` holds NaN or an infinity.
+
+    Tensors on the ``meta`` device (shapes only) and None are skipped.
+    """
+    for name, t in tensors.items():
+        if t is None or t.device.type == "meta" or not t.is_floating_point():
+            continue
+        if not bool(t.isfinite().all()):
+            bad = "NaN" if bool(t.isnan().any()) else "an infinity"
+            raise ValueError(f"{caller}: {name} contains {bad}; it takes finite values only "
+                             "(NaN or an infinity in an input makes every result it reaches NaN)")
+
+
+def _check_call(name: str, fn) -> None:
+    """TypeError unless ``fn`` can be called with no arguments (a common slip: ``f(x)``)."""
+    if not callable(fn):
+        raise TypeError(f"{name} must be a function to call with no arguments, got "
+                        f"{type(fn).__name__}; wrap the call in a lambda: lambda: f(x), "
+                        "not f(x)")
+
+
 @dataclass
 class Timing:
     """Repeated times of one call, in seconds: the median and how far the repeats spread.
@@ -108,6 +156,10 @@ class Timing:
     threads: int | None = None
     warmup: int = 0
 
+    def __post_init__(self) -> None:
+        if len(self.times) == 0:
+            raise ValueError("a Timing needs at least one timed repeat, got no times")
+
     @property
     def median(self) -> float:
         return statistics.median(self.times)
@@ -118,8 +170,15 @@ class Timing:
 
     @property
     def spread(self) -> float:
-        """(max - min) / median: 0.1 means the repeats span 10% of the median."""
-        return (max(self.times) - min(self.times)) / self.median
+        """(max - min) / median: 0.1 means the repeats span 10% of the median.
+
+        0 when every repeat took the same time (also when that time is 0, below the clock's
+        resolution); infinite when the median is 0 but the repeats differ.
+        """
+        width = max(self.times) - min(self.times)
+        if width == 0:
+            return 0.0
+        return width / self.median if self.median else math.inf
 
     @property
     def repeats(self) -> int:
@@ -152,12 +211,26 @@ def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int
         name -> :class:`Timing` (seconds).
 
     Raises:
-        ValueError: ``repeats < 1`` or ``warmup < 0``.
+        ValueError: ``repeats < 1``, ``warmup < 0``, ``threads < 1``, a negative or NaN
+            ``budget_s``, or no call to time.
+        TypeError: ``fns`` is not a dict of functions of no arguments, or a count is not an int.
     """
     import torch
 
-    if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got {repeats} and {warmup}")
+    if not isinstance(fns, dict):
+        raise TypeError(f"fns must be a dict name -> function of no arguments, e.g. "
+                        f"{{'sdpa': lambda: f(x)}}, got {type(fns).__name__}")
+    if not fns:
+        raise ValueError("fns is empty: give at least one call to time")
+    for name, fn in fns.items():
+        _check_call(f"the call to time {name!r}", fn)
+    check_whole_number("repeats", repeats, 1)
+    check_whole_number("warmup", warmup, 0)
+    if threads is not None:
+        check_whole_number("threads", threads, 1)
+    if budget_s is not None and (not isinstance(budget_s, numbers.Real)
+                                 or isinstance(budget_s, bool) or not budget_s >= 0):
+        raise ValueError(f"budget_s must be None or a number of seconds >= 0, got {budget_s!r}")
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
     before = torch.get_num_threads()
     if threads is not None:

@@ -16,11 +16,14 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .checks import check_padding_mask
+from .measure import check_finite, check_whole_number
 from .ring import (
     chunk_ids,
     finish_state,
     merge_block,
     new_state,
+    pick_kernel,
     simulate_ring_grads,
     unshard,
 )
@@ -53,6 +56,7 @@ class RingTrace:
 
     def pairs(self, pass_: str, step: int, rank: int) -> list[tuple[int, int, bool]]:
         """(query chunk, key chunk, diagonal) of the pairs ``rank`` computed at ``step``."""
+        _check_pass(pass_)
         return [(e["q_chunk"], e["k_chunk"], e["diagonal"]) for e in self.events
                 if e["kind"] == "pair" and e["pass_"] == pass_ and e["step"] == step
                 and e["rank"] == rank]
@@ -86,12 +90,68 @@ class RingTrace:
     def work(self, pass_: str = "forward") -> list[list[int]]:
         """Scores computed by each rank at each step, ``[step][rank]``, from the recorded pairs
         (a diagonal pair counts its lower triangle; padding tokens count too)."""
+        _check_pass(pass_)
         c = self.chunk
         table = [[0] * self.world for _ in range(self.world)]
         for e in self.events:
             if e["kind"] == "pair" and e["pass_"] == pass_:
                 table[e["step"]][e["rank"]] += c * (c + 1) // 2 if e["diagonal"] else c * c
         return table
+
+
+def _check_pass(pass_: str) -> None:
+    """ValueError unless ``pass_`` is ``"forward"`` or ``"backward"``."""
+    if pass_ not in PASSES:
+        raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")
+
+
+def check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size,
+                      kernel) -> None:
+    """TypeError or ValueError, naming what was expected, unless :func:`trace_ring` can run.
+
+    The simulated ring cuts queries, keys and values of one sequence alike, so q, k, v share
+    (B, T) or (B, h, T) (no grouped-query heads), k has q's width d, and dout is the output's
+    shape; all finite, of one floating dtype, on one device; T and d at least 1.
+    """
+    tensors = {"q": q, "k": k, "v": v, "dout": dout}
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"trace_ring: {name} must be a torch.Tensor of shape (B, T, d) or "
+                            f"(B, h, T, d_h), got {type(t).__name__}")
+    shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
+    if q.dim() not in (3, 4) or any(t.dim() != q.dim() for t in tensors.values()):
+        raise ValueError(f"trace_ring: q, k, v and dout must all be (B, T, d) or all "
+                         f"(B, h, T, d_h); got {shapes}")
+    if k.shape != q.shape or v.shape[:-1] != q.shape[:-1] or \
+            dout.shape != (*q.shape[:-1], v.size(-1)):
+        raise ValueError(f"trace_ring: k must have q's shape {tuple(q.shape)}, v the same up to "
+                         "its width d_v, and dout the output's shape (q's, with v's width): "
+                         "the ring shards one sequence of queries, keys and values alike (as "
+                         f"many key/value heads as query heads); got {shapes}")
+    if q.size(-2) < 1 or q.size(-1) < 1 or v.size(-1) < 1:
+        raise ValueError(f"trace_ring needs at least one token (T >= 1) and widths d, d_v >= 1; "
+                         f"got {shapes}")
+    if not q.is_floating_point() or len({t.dtype for t in tensors.values()}) > 1:
+        raise TypeError("trace_ring: q, k, v and dout must share one floating dtype, got "
+                        + ", ".join(str(t.dtype) for t in tensors.values()))
+    if len({t.device for t in tensors.values()}) > 1:
+        raise ValueError("trace_ring: q, k, v and dout must be on one device, got "
+                         + ", ".join(str(t.device) for t in tensors.values()))
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, q.size(0), q.size(-2))
+        if padding_mask.device != q.device:
+            raise ValueError(f"padding_mask must be on q's device {q.device}, got "
+                             f"{padding_mask.device}")
+    check_whole_number("world", world, 1)
+    check_whole_number("block_size", block_size, 1)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    chunk_ids(0, 1, layout)  # ValueError for an unknown layout
+    if pick_kernel(kernel, q) == "fused" and q.dtype in (torch.float16, torch.bfloat16):
+        raise ValueError(f"kernel={kernel!r} runs PyTorch's CPU flash kernel, whose backward "
+                         f"takes float32 or float64, not {q.dtype}: use kernel='tiled' (which "
+                         "accumulates half inputs in float32) or convert the inputs")
+    check_finite("trace_ring", **tensors)
 
 
 def trace_ring(q, k, v, dout, padding_mask=None, *, world: int, layout: str = "zigzag",
@@ -106,9 +166,13 @@ def trace_ring(q, k, v, dout, padding_mask=None, *, world: int, layout: str = "z
     Returns:
         A :class:`RingTrace`.
 
+    Raises:
+        ValueError, TypeError: inputs the ring does not take (see :func:`check_ring_inputs`).
+
     Shape:
         q, k, v, dout: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
     """
+    check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size, kernel)
     events: list[dict] = []
     out, dq, dk, dv = simulate_ring_grads(q, k, v, dout, padding_mask, world=world,
                                           causal=causal, layout=layout,
@@ -186,8 +250,18 @@ def replay_backward(trace: RingTrace) -> tuple[torch.Tensor, torch.Tensor, torch
     return unshard(dq, trace.T, layout), unshard(dk, trace.T, layout), unshard(dv, trace.T, layout)
 
 
+def _check_view(step: int, pass_: str) -> None:
+    """ValueError unless ``step`` is a whole number >= 0 and ``pass_`` a pass of the ring."""
+    check_whole_number("step", step, 0)
+    _check_pass(pass_)
+
+
 def describe_step(trace: RingTrace, step: int, pass_: str = "forward") -> str:
-    """One view's alternative text: what each rank holds, computes, skips, or sends."""
+    """One view's alternative text: what each rank holds, computes, skips, or sends.
+
+    A ``step`` past the last (``world - 1``) is described as the finished ring.
+    """
+    _check_view(step, pass_)
     P = trace.world
     head = f"{pass_.capitalize()} pass, {trace.layout} layout, P = {P}"
     if step >= P:
@@ -222,10 +296,18 @@ def draw_ring_step(trace: RingTrace, step: int, pass_: str = "forward", ax=None)
 
     Returns:
         The matplotlib figure (left open; the caller shows or saves it).
+
+    Raises:
+        ValueError: a negative or non-whole ``step``, an unknown ``pass_``, or an ``ax`` (the
+            view is a figure of two panels of its own).
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
+    _check_view(step, pass_)
+    if ax is not None:
+        raise ValueError("draw_ring_step draws a figure of its own (the chunk grid and the "
+                         "ranks' table); call it without ax and use the figure it returns")
     P, n = trace.world, 2 * trace.world
     fig, (grid, table) = plt.subplots(1, 2, figsize=(6.4, 2.6),
                                       gridspec_kw={"width_ratios": [1, 1.45], "wspace": 0.04})
@@ -298,9 +380,18 @@ def step_work_figure(traces: dict[str, RingTrace], pass_: str = "forward"):
 
     Returns:
         The matplotlib figure (left open).
+
+    Raises:
+        TypeError: ``traces`` is not a non-empty dict of :class:`RingTrace`.
+        ValueError: an unknown ``pass_``.
     """
     import matplotlib.pyplot as plt
 
+    if not isinstance(traces, dict) or not traces or \
+            not all(isinstance(t, RingTrace) for t in traces.values()):
+        raise TypeError("traces must be a non-empty dict, a panel's title -> a RingTrace from "
+                        f"trace_ring, got {type(traces).__name__}")
+    _check_pass(pass_)
     hatches = ["", "//", "..", "xx", "\\\\", "++"]
     fig, axes = plt.subplots(1, len(traces), figsize=(4.2 * len(traces), 2.8), sharey=True,
                              layout="constrained")

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .checks import check_padding_mask
+from .fused import check_self_attention_lengths
+from .measure import check_finite, check_whole_number
 from .online import tiled_attention_backward, tiled_attention_forward
 
 # The book's tile colours (scripts/figures/gpu.py): computed, diagonal (masked), masked part.
@@ -45,7 +48,12 @@ class ForwardTrace:
     causal: bool
 
     def program(self, i: int) -> list[dict]:
-        """The steps of query block ``i`` (its program in the Triton kernel), in order."""
+        """The steps of query block ``i`` (its program in the Triton kernel), in order.
+
+        Raises:
+            ValueError: ``i`` is not a query block of the trace (0 to n_q - 1).
+        """
+        _check_block("query block i", i, -(-self.T_q // self.block_size))
         return [s for s in self.steps if s["i0"] == i * self.block_size]
 
     @staticmethod
@@ -84,8 +92,7 @@ class BackwardTrace:
         Shape:
             -> (T_q, d), (T_k, d), (T_k, d_v)
         """
-        if not 0 <= n <= len(self.steps):
-            raise ValueError(f"n must be between 0 and {len(self.steps)} steps, got {n}")
+        self.check_step(n)
         if n not in self._sums:
             dq, dk, dv = (torch.zeros_like(t) for t in (self.dq, self.dk, self.dv))
             for s in self.steps[:n]:
@@ -95,18 +102,67 @@ class BackwardTrace:
             self._sums[n] = (dq, dk, dv)
         return self._sums[n]
 
+    def check_step(self, n: int) -> None:
+        """ValueError unless ``n`` is a step of the trace: 0 (before the loop) to the last."""
+        check_whole_number("step n", n, 0)
+        if n > len(self.steps):
+            raise ValueError(f"n must be between 0 and {len(self.steps)} steps, got {n}")
+
+
+def _check_block(name: str, value: int, count: int) -> None:
+    """ValueError unless ``value`` is a block number, 0 to ``count - 1``."""
+    check_whole_number(name, value, 0)
+    if value >= count:
+        raise ValueError(f"{name} must be between 0 and {count - 1} (the trace has {count} "
+                         f"blocks), got {value}")
+
 
 def _one_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                  padding_mask: torch.Tensor | None, block_size: int) -> None:
-    """ValueError unless q, k, v are one sequence's (T, d) and padding_mask is (T_k,)."""
+                  padding_mask: torch.Tensor | None, block_size: int, causal: bool,
+                  caller: str, dout: torch.Tensor | None = None) -> None:
+    """TypeError or ValueError, naming what was expected, unless the inputs make a trace:
+    one sequence's finite floating (T, d) q, k, v (and dout) of one dtype on one device with
+    T_q = T_k when causal, a bool (T_k,) padding_mask, a whole block_size >= 1, a bool causal."""
+    tensors = {"q": q, "k": k, "v": v} | ({} if dout is None else {"dout": dout})
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{caller}: {name} must be a torch.Tensor of shape (T, d), got "
+                            f"{type(t).__name__}")
     if not q.dim() == k.dim() == v.dim() == 2:
         raise ValueError("a trace follows one sequence and one head: q, k and v must be (T, d), "
                          f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if padding_mask is not None and tuple(padding_mask.shape) != (k.size(0),):
-        raise ValueError(f"padding_mask must be (T_k,) = ({k.size(0)},), True for real keys, "
-                         f"got {tuple(padding_mask.shape)}")
-    if block_size < 1:
-        raise ValueError(f"block_size must be a positive whole number, got {block_size}")
+    if min(q.shape + k.shape + v.shape) < 1:
+        raise ValueError(f"{caller} needs at least one query, one key and a head width d >= 1, "
+                         f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if k.size(1) != q.size(1) or v.size(0) != k.size(0):
+        raise ValueError(f"k must be (T_k, d) with q's head width d = {q.size(1)}, and v "
+                         f"(T_k, d_v) with k's T_k = {k.size(0)}; got q {tuple(q.shape)}, "
+                         f"k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    if causal:
+        check_self_attention_lengths(q, k, f"{caller}(causal=True)")
+    if not q.is_floating_point() or len({t.dtype for t in tensors.values()}) > 1:
+        raise TypeError(f"{caller}: {', '.join(tensors)} must share one floating dtype, got "
+                        + ", ".join(str(t.dtype) for t in tensors.values()))
+    devices = {t.device for t in tensors.values()}
+    if len(devices) > 1 or q.device.type == "meta":
+        raise ValueError(f"{caller}: {', '.join(tensors)} must be on one device that holds "
+                         "values (not meta: a trace records values), got "
+                         + ", ".join(str(t.device) for t in tensors.values()))
+    if padding_mask is not None:
+        if not isinstance(padding_mask, torch.Tensor):
+            raise TypeError(f"padding_mask must be a bool tensor (T_k,) = ({k.size(0)},), True "
+                            f"for real keys, or None; got {type(padding_mask).__name__}")
+        if tuple(padding_mask.shape) != (k.size(0),):
+            raise ValueError(f"padding_mask must be (T_k,) = ({k.size(0)},), True for real keys, "
+                             f"got {tuple(padding_mask.shape)}")
+        check_padding_mask(padding_mask[None], 1, k.size(0))  # its dtype: bool
+        if padding_mask.device != q.device:
+            raise ValueError(f"padding_mask must be on q's device {q.device}, got "
+                             f"{padding_mask.device}")
+    check_whole_number("block_size", block_size, 1)
+    check_finite(caller, **tensors)
 
 
 def trace_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -124,12 +180,15 @@ def trace_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         A :class:`ForwardTrace`; its ``out`` is the function's output.
 
     Raises:
-        ValueError: if q, k, v are not (T, d) or padding_mask is not (T_k,).
+        ValueError: if q, k, v are not (T, d) with T_q = T_k when causal, padding_mask is not
+            (T_k,), block_size < 1, or an input holds NaN or an infinity.
+        TypeError: inputs that are not tensors of one floating dtype, a padding_mask that is
+            not bool, a block_size that is not an int, or a causal that is not a bool.
 
     Shape:
         q: (T_q, d), k: (T_k, d), v: (T_k, d_v), padding_mask: (T_k,)
     """
-    _one_sequence(q, k, v, padding_mask, block_size)
+    _one_sequence(q, k, v, padding_mask, block_size, causal, "trace_forward")
     pad = None if padding_mask is None else padding_mask[None]
     record: list = []
     with torch.no_grad():
@@ -157,13 +216,13 @@ def trace_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, dout: torc
         A :class:`BackwardTrace`; its ``dq``, ``dk``, ``dv`` are the function's gradients.
 
     Raises:
-        ValueError: if q, k, v are not (T, d), dout is not (T_q, d_v) or padding_mask is not
-            (T_k,).
+        ValueError, TypeError: as for :func:`trace_forward`, and if dout is not (T_q, d_v) of
+            q's dtype.
 
     Shape:
         q: (T_q, d), k: (T_k, d), v: (T_k, d_v), dout: (T_q, d_v), padding_mask: (T_k,)
     """
-    _one_sequence(q, k, v, padding_mask, block_size)
+    _one_sequence(q, k, v, padding_mask, block_size, causal, "trace_backward", dout)
     if tuple(dout.shape) != (q.size(0), v.size(1)):
         raise ValueError(f"dout must be (T_q, d_v) = ({q.size(0)}, {v.size(1)}), "
                          f"got {tuple(dout.shape)}")
@@ -200,9 +259,15 @@ def draw_tiles(ax, T_q: int, T_k: int, block: int, causal: bool = True,
 
     Returns:
         The axes, with key blocks along x and query blocks along y (block numbers as ticks).
+
+    Raises:
+        TypeError, ValueError: ``T_q``, ``T_k`` not whole numbers >= 0, ``block`` not >= 1.
     """
     from matplotlib.patches import Rectangle
 
+    check_whole_number("T_q", T_q, 0)
+    check_whole_number("T_k", T_k, 0)
+    check_whole_number("block", block, 1)
     n_q, n_k = -(-T_q // block), -(-T_k // block)
     labels = labels or {}
     for I in range(n_q):
@@ -249,12 +314,24 @@ def _error_text(e: float) -> str:
     return "0" if e == 0 else f"{e:.0e}"
 
 
+def _check_exact(trace: ForwardTrace, exact: torch.Tensor) -> None:
+    """ValueError unless ``exact`` is the whole output, (T_q, d_v) like ``trace.out``."""
+    if not isinstance(exact, torch.Tensor) or exact.shape != trace.out.shape:
+        got = tuple(exact.shape) if isinstance(exact, torch.Tensor) else type(exact).__name__
+        raise ValueError(f"exact must be the exact output (T_q, d_v) = "
+                         f"{tuple(trace.out.shape)}, one sequence like the trace's, got {got}")
+
+
 def forward_errors(trace: ForwardTrace, exact: torch.Tensor, i: int) -> list[float]:
     """Largest difference between program ``i``'s partial output and ``exact``, after each tile.
+
+    Raises:
+        ValueError: ``i`` is not a query block, or ``exact`` is not (T_q, d_v).
 
     Shape:
         exact: (T_q, d_v)
     """
+    _check_exact(trace, exact)
     return [(trace.partial(s) - exact[s["i0"]:s["i1"]]).abs().max().item()
             for s in trace.program(i)]
 
@@ -263,6 +340,7 @@ def forward_alt(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int) -> str
     """What :func:`show_forward_step` draws for (query block i, key block j), in words."""
     steps = trace.program(i)
     b = trace.block_size
+    _check_block("key block j", j, -(-trace.T_k // b))
     i0, i1 = i * b, min((i + 1) * b, trace.T_q)
     errors = forward_errors(trace, exact, i)
     if j < len(steps):
@@ -292,11 +370,17 @@ def show_forward_step(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int,
 
     Returns:
         The matplotlib figure.
+
+    Raises:
+        ValueError: ``i`` or ``j`` is not a block of the trace, ``exact`` is not (T_q, d_v),
+            or ``rows`` < 1.
     """
     import matplotlib.pyplot as plt
 
     steps = trace.program(i)
     b = trace.block_size
+    _check_block("key block j", j, -(-trace.T_k // b))
+    check_whole_number("rows", rows, 1)
     i0, i1 = i * b, min((i + 1) * b, trace.T_q)
     now = min(j, len(steps) - 1)
     skipped = j >= len(steps)
@@ -359,6 +443,7 @@ def show_forward_step(trace: ForwardTrace, exact: torch.Tensor, i: int, j: int,
 
 def backward_alt(trace: BackwardTrace, reference: tuple, n: int) -> str:
     """What :func:`show_backward_step` draws at step ``n`` (0 = D, before the loop), in words."""
+    _check_reference(trace, reference, n)
     b = trace.block_size
     if n == 0:
         return (f"Before the loop: D = rowsum(dO ∘ O) for all {trace.T_q} queries, one number "
@@ -377,9 +462,26 @@ def backward_alt(trace: BackwardTrace, reference: tuple, n: int) -> str:
             f"dK {errors[1]:.2f}, dV {errors[2]:.2f}.")
 
 
+def _check_reference(trace: BackwardTrace, reference, n: int) -> None:
+    """ValueError unless ``n`` is a step and ``reference`` is (dQ, dK, dV) shaped as the trace's."""
+    trace.check_step(n)
+    want = [tuple(t.shape) for t in (trace.dq, trace.dk, trace.dv)]
+    got = ([tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            for t in reference] if isinstance(reference, (tuple, list))
+           else type(reference).__name__)
+    if got != want:
+        raise ValueError(f"reference must be the three gradients (dQ, dK, dV) of shapes {want}, "
+                         f"got {got}")
+
+
 def _remaining(trace: BackwardTrace, reference: tuple, n: int) -> list[float]:
-    """‖reference − accumulated‖ / ‖reference‖ for dQ, dK, dV after ``n`` steps."""
-    return [((r - a).norm() / r.norm()).item() for a, r in zip(trace.accumulated(n), reference)]
+    """‖reference − accumulated‖ / ‖reference‖ for dQ, dK, dV after ``n`` steps (the distance
+    itself where a reference gradient is all zeros: 0 once it is reached, never 0 / 0)."""
+    errors = []
+    for a, r in zip(trace.accumulated(n), reference):
+        size = r.norm()
+        errors.append(((r - a).norm() / (size if size > 0 else 1.0)).item())
+    return errors
 
 
 def show_backward_step(trace: BackwardTrace, reference: tuple, n: int):
@@ -392,10 +494,15 @@ def show_backward_step(trace: BackwardTrace, reference: tuple, n: int):
 
     Returns:
         The matplotlib figure.
+
+    Raises:
+        ValueError: ``n`` is not a step (0 to the number of tiles), or ``reference`` is not
+            three gradients shaped like the trace's.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Rectangle
 
+    _check_reference(trace, reference, n)
     b = trace.block_size
     n_q, n_k = -(-trace.T_q // b), -(-trace.T_k // b)
     done = trace.steps[:n]

@@ -12,9 +12,33 @@ import math
 
 import torch
 
+from ..checks import check_padding_mask
+from ..measure import check_finite, check_whole_number
 from .configs import decoding_config, default_precision, device_arch
 from .flash import LOG2E, _as_4d, _d_pad, _pad_arg, check_shapes
 from .triton_env import check_device, check_interpretable, load_kernels
+
+
+def check_decoding_inputs(caller: str, q, k, v, padding_mask, n_split) -> None:
+    """The checks :func:`flash_decoding` and :func:`split_partials` share, before any work.
+
+    :func:`attnbook.gpu.flash.check_shapes` (dimensions, shapes, dtypes, devices), then: one
+    query, a head width of at least 1, a bool padding mask, and ``n_split`` a whole number >= 1.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{caller}: {name} must be a torch.Tensor, got {type(t).__name__}")
+    check_shapes(q, k, v, padding_mask if isinstance(padding_mask, torch.Tensor) else None)
+    if q.size(-2) != 1:
+        raise ValueError(f"{caller} takes one query per sequence and head, (B, 1, d) or "
+                         f"(B, h, 1, d_h); got q of shape {tuple(q.shape)} "
+                         "(use flash_attention for several queries)")
+    if q.size(-1) < 1:
+        raise ValueError(f"{caller}: the head width d must be at least 1, got q of shape "
+                         f"{tuple(q.shape)}")
+    if padding_mask is not None:  # a tensor, its shape checked above; here: bool
+        check_padding_mask(padding_mask, q.size(0), k.size(-2))
+    check_whole_number("n_split", n_split, 1)
 
 
 def flash_decoding(
@@ -53,7 +77,9 @@ def flash_decoding(
         ``merge_partials(outs, lses)`` is ``out`` (up to the final cast to q's dtype).
 
     Raises:
-        ValueError: a q with more than one query, or shapes that do not fit together.
+        ValueError: a q with more than one query, shapes that do not fit together (see
+            :func:`check_decoding_inputs`), or a ``block_n`` that is not a power of 2.
+        TypeError: a padding mask that is not bool, or ``n_split``, ``block_n`` not ints.
         NotImplementedError: bfloat16 in Triton's interpreter, which computes it wrongly.
 
     Shape:
@@ -62,13 +88,11 @@ def flash_decoding(
         outs: (n_split, *q.shape) and lses: (n_split, *q.shape[:-1], 1), float32 (float64 for
         float64 inputs)
     """
-    check_shapes(q, k, v, padding_mask)
-    if q.size(-2) != 1:
-        raise ValueError(f"flash_decoding takes one query per sequence and head, (B, 1, d) or "
-                         f"(B, h, 1, d_h); got q of shape {tuple(q.shape)} "
-                         "(use flash_attention for several queries)")
-    if n_split < 1:
-        raise ValueError(f"n_split must be at least 1, got {n_split}")
+    check_decoding_inputs("flash_decoding", q, k, v, padding_mask, n_split)
+    if block_n is not None and check_whole_number("block_n", block_n, 1) & (block_n - 1):
+        raise ValueError(f"block_n must be a power of 2, got {block_n}")
+    if not isinstance(return_partials, bool):
+        raise TypeError(f"return_partials must be True or False, got {return_partials!r}")
     kernels = load_kernels()
     check_device(q, k, v)
     check_interpretable(q.dtype)
@@ -78,9 +102,7 @@ def flash_decoding(
     h_kv, T = k4.size(1), k4.size(2)
     arch = device_arch(q.device)
     cfg = decoding_config(arch, q.dtype, d)
-    block_n = block_n or cfg.block_n
-    if block_n < 1 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of 2, got {block_n}")
+    block_n = cfg.block_n if block_n is None else block_n
     chunk = math.ceil(T / n_split) if T else 1  # keys per program
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     o_part = torch.empty((B, h, n_split, d), device=q.device, dtype=acc)
@@ -133,18 +155,17 @@ def split_partials(
 
     Raises:
         ValueError: a q with more than one query, shapes that do not fit together, or
-            ``n_split < 1``.
+            ``n_split < 1`` (see :func:`check_decoding_inputs`); NaN or an infinity in q, k, v.
+        TypeError: a padding mask that is not bool, or an ``n_split`` that is not an int.
 
     Shape:
         q: (B, 1, d) or (B, h, 1, d_h); k, v: (B, T, d) or (B, h_kv, T, d_h); padding_mask:
         (B, T) -> outs: (n_split, *q.shape), lses: (n_split, *q.shape[:-1], 1)
     """
-    check_shapes(q, k, v, padding_mask)
-    if q.size(-2) != 1:
-        raise ValueError(f"split_partials takes one query per sequence and head, (B, 1, d) or "
-                         f"(B, h, 1, d_h); got q of shape {tuple(q.shape)}")
-    if n_split < 1:
-        raise ValueError(f"n_split must be at least 1, got {n_split}")
+    check_decoding_inputs("split_partials", q, k, v, padding_mask, n_split)
+    check_finite("split_partials", q=q, k=k, v=v)
+    if padding_mask is not None:  # as flash_decoding does: the mask follows q's device
+        padding_mask = padding_mask.to(q.device)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     q4, k4, v4 = (_as_4d(t).to(acc) for t in (q, k, v))  # (B, h, 1, d), (B, h_kv, T, d)
     g = q4.size(1) // k4.size(1)  # query heads per key/value head: head c*g + i reads head c
@@ -175,9 +196,20 @@ def merge_partials(outs: torch.Tensor, lses: torch.Tensor) -> torch.Tensor:
     ``y = sum_s exp(L_s - m) y_s / sum_s exp(L_s - m)`` with ``m = max_s L_s``; a query whose
     every part is empty (``L_s = -inf``) gets zeros.
 
+    Raises:
+        ValueError: shapes that do not match as above (e.g. the two swapped), or NaN or
+            ``+inf`` in ``lses`` (an empty part is ``-inf``).
+
     Shape:
         outs: (S, ..., d), lses: (S, ..., 1) -> (..., d)
     """
+    if (outs.dim() != lses.dim() or outs.dim() < 2 or lses.size(-1) != 1
+            or outs.shape[:-1] != lses.shape[:-1]):
+        raise ValueError(f"outs must be (S, ..., d) and lses (S, ..., 1) with the same S and "
+                         f"..., got outs {tuple(outs.shape)} and lses {tuple(lses.shape)}")
+    if lses.device.type != "meta" and bool((lses.isnan() | (lses == float("inf"))).any()):
+        raise ValueError("lses holds NaN or +inf; a part's log-sum-exp is finite, or -inf for "
+                         "a part with no real key")
     m = lses.amax(dim=0)  # (..., 1)
     w = torch.exp(lses - m.masked_fill(m == float("-inf"), 0.0))  # (S, ..., 1)
     total = w.sum(dim=0)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..measure import check_whole_number
 from .io_cost import (
     GPU,
     TrafficCounter,
@@ -47,6 +48,13 @@ class KernelCount:
     g: int
     flops: int
     bytes: int
+
+    def __post_init__(self) -> None:
+        if self.kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {self.kernel!r}")
+        for name in ("T", "d", "g", "bytes"):
+            check_whole_number(name, getattr(self, name), 1)
+        check_whole_number("flops", self.flops, 0)
 
     @property
     def intensity(self) -> float:
@@ -87,12 +95,15 @@ def count_kernel(kernel: str, T: int, d: int, *, g: int = 1, block: int = 128,
 
     Raises:
         ValueError: an unknown kernel or a size below 1.
+        TypeError: a size that is not an int, or a dtype that is not a floating torch.dtype.
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    if min(T, d, g, block) < 1:
-        raise ValueError(f"T, d, g and block must be at least 1, got T={T}, d={d}, g={g}, "
-                         f"block={block}")
+    for name, size in (("T", T), ("d", d), ("g", g), ("block", block)):
+        check_whole_number(name, size, 1)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating torch.dtype such as torch.float16 (the "
+                        f"inputs' dtype, which sets the bytes per element), got {dtype!r}")
     bytes_per = torch.empty((), dtype=dtype).element_size()
     if kernel == "fused":
         flops = g * flash_flops(T, d, block, block, causal=True)
@@ -129,9 +140,23 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
 
     Returns:
         The axes.
+
+    Raises:
+        TypeError: ``counts`` is not a list of :class:`KernelCount`, or ``gpu`` not a
+            :class:`~attnbook.gpu.io_cost.GPU`.
+        ValueError: ``highlight`` is not None or one of the drawn counts' kernels.
     """
     import matplotlib.pyplot as plt
 
+    if isinstance(counts, KernelCount) or not all(isinstance(c, KernelCount) for c in counts):
+        raise TypeError("counts must be a list of KernelCount (from count_kernel), got "
+                        f"{type(counts).__name__}" + ("; wrap one count in a list: [count]"
+                                                      if isinstance(counts, KernelCount) else ""))
+    if not isinstance(gpu, GPU):
+        raise TypeError(f"gpu must be a GPU such as attnbook.gpu.io_cost.H100, got {gpu!r}")
+    if highlight is not None and highlight not in {c.kernel for c in counts}:
+        raise ValueError(f"highlight must be None or the kernel of a drawn count, one of "
+                         f"{sorted({c.kernel for c in counts})}, got {highlight!r}")
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 3.2), layout="constrained")
     xs = torch.logspace(-1, 4, 200).tolist()
@@ -165,8 +190,21 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
 
 def png_bytes(fig, dpi: float, colors: int = 16) -> bytes:
     """``fig`` as a PNG with a palette of ``colors`` shades: a quarter of the bytes of
-    matplotlib's RGBA, for a widget that stores many views of a black-and-white figure."""
+    matplotlib's RGBA, for a widget that stores many views of a black-and-white figure.
+
+    Raises:
+        TypeError: ``fig`` is not a matplotlib figure, or ``colors`` not an int.
+        ValueError: ``colors`` above 256 (a PNG palette) or ``dpi`` not positive.
+    """
     from PIL import Image
+
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"fig must be a matplotlib Figure (ax.figure for an axes), got "
+                        f"{type(fig).__name__}")
+    if check_whole_number("colors", colors, 1) > 256:
+        raise ValueError(f"colors must be at most 256 (a PNG palette), got {colors}")
+    if not isinstance(dpi, (int, float)) or isinstance(dpi, bool) or not dpi > 0:
+        raise ValueError(f"dpi must be a positive number of dots per inch, got {dpi!r}")
 
     raw = io.BytesIO()
     fig.savefig(raw, format="png", dpi=dpi)
