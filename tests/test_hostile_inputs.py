@@ -186,6 +186,7 @@ ROOFLINE_CASES = {
                                "kernel must be one of"),
     "draw one count": (lambda: draw_roofline(COUNT, H100), TypeError, r"\[count\]"),
     "draw gpu 'H100'": (lambda: draw_roofline([COUNT], "H100"), TypeError, "gpu must be a GPU"),
+    "describe on 'T4'": (lambda: COUNT.describe("T4"), TypeError, "gpu must be a GPU"),
     "draw highlight foo": (lambda: draw_roofline([COUNT], H100, highlight="foo"), ValueError,
                            "highlight must be None or"),  # was nothing highlighted
     "png colors 300": (lambda: png_bytes(plt.figure(), 20, colors=300), ValueError, "256"),

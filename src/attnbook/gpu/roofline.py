@@ -63,20 +63,29 @@ class KernelCount:
 
     def attainable(self, gpu: GPU) -> float:
         """The roofline's cap on this kernel's FLOP/s on ``gpu``."""
+        _check_gpu(gpu)
         return attainable_flops(self.intensity, gpu)
 
     def bound(self, gpu: GPU) -> str:
         """``"memory-bound"`` below the ridge point of ``gpu``, else ``"compute-bound"``."""
+        _check_gpu(gpu)
         return "memory-bound" if self.intensity < gpu.ridge else "compute-bound"
 
     def describe(self, gpu: GPU) -> str:
         """One sentence: the counts, the intensity, the cap and the bound on ``gpu``."""
+        _check_gpu(gpu)
         group = f", g = {self.g}" if self.g > 1 else ""
         return (f"{LABELS[self.kernel]}, T = {self.T}, d = {self.d}{group}: "
                 f"{self.flops / 1e9:.3g} GFLOP for {self.bytes / 1e6:.3g} MB, "
                 f"{self.intensity:.3g} FLOP/byte; on the {gpu.name} at most "
                 f"{self.attainable(gpu) / 1e12:.3g} of {gpu.flops_per_s / 1e12:.0f} TFLOP/s: "
                 f"{self.bound(gpu)} (ridge {gpu.ridge:.0f} FLOP/byte)")
+
+
+def _check_gpu(gpu) -> None:
+    """TypeError unless ``gpu`` is a :class:`~attnbook.gpu.io_cost.GPU` (a name is not one)."""
+    if not isinstance(gpu, GPU):
+        raise TypeError(f"gpu must be a GPU such as attnbook.gpu.io_cost.H100, got {gpu!r}")
 
 
 def count_kernel(kernel: str, T: int, d: int, *, g: int = 1, block: int = 128,
@@ -152,8 +161,7 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
         raise TypeError("counts must be a list of KernelCount (from count_kernel), got "
                         f"{type(counts).__name__}" + ("; wrap one count in a list: [count]"
                                                       if isinstance(counts, KernelCount) else ""))
-    if not isinstance(gpu, GPU):
-        raise TypeError(f"gpu must be a GPU such as attnbook.gpu.io_cost.H100, got {gpu!r}")
+    _check_gpu(gpu)
     if highlight is not None and highlight not in {c.kernel for c in counts}:
         raise ValueError(f"highlight must be None or the kernel of a drawn count, one of "
                          f"{sorted({c.kernel for c in counts})}, got {highlight!r}")
