@@ -185,6 +185,8 @@ ROOFLINE_CASES = {
     "KernelCount kernel foo": (lambda: KernelCount("foo", 1, 1, 1, 10, 10), ValueError,
                                "kernel must be one of"),
     "draw one count": (lambda: draw_roofline(COUNT, H100), TypeError, r"\[count\]"),
+    "draw a dict": (lambda: draw_roofline({"fused": COUNT}, H100), TypeError, "values"),
+    "draw a list of names": (lambda: draw_roofline(["fused"], H100), TypeError, "got str"),
     "draw gpu 'H100'": (lambda: draw_roofline([COUNT], "H100"), TypeError, "gpu must be a GPU"),
     "describe on 'T4'": (lambda: COUNT.describe("T4"), TypeError, "gpu must be a GPU"),
     "draw highlight foo": (lambda: draw_roofline([COUNT], H100, highlight="foo"), ValueError,
@@ -306,6 +308,9 @@ def test_inputs_that_must_keep_working():
     for outs, lses in (split_partials(DQ, DK[:, :, :0], DK[:, :, :0]),
                        split_partials(DQ, DK, DK, torch.zeros(2, 9, dtype=torch.bool))):
         assert not merge_partials(outs, lses).any()
+    # Roofline: the counts may come from a generator (it was read once, by the check).
+    ax = draw_roofline((c for c in [COUNT]), H100)
+    assert [line.get_label() for line in ax.lines].count("point:fused") == 1
     # Timing: repeats below the clock's resolution.
     assert Timing([0.0, 0.0]).spread == 0 and "±0%" in str(Timing([0.0, 0.0]))
     assert Timing([0.0, 0.0, 1e-7]).spread == math.inf

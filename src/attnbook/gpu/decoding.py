@@ -79,7 +79,8 @@ def flash_decoding(
     Raises:
         ValueError: a q with more than one query, shapes that do not fit together (see
             :func:`check_decoding_inputs`), or a ``block_n`` that is not a power of 2.
-        TypeError: a padding mask that is not bool, or ``n_split``, ``block_n`` not ints.
+        TypeError: a padding mask that is not bool, ``n_split`` or ``block_n`` not an int, or
+            a ``return_partials`` that is not a bool.
         NotImplementedError: bfloat16 in Triton's interpreter, which computes it wrongly.
 
     Shape:

@@ -157,10 +157,16 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
     """
     import matplotlib.pyplot as plt
 
-    if isinstance(counts, KernelCount) or not all(isinstance(c, KernelCount) for c in counts):
+    if isinstance(counts, KernelCount):
+        raise TypeError("counts must be a list of KernelCount (from count_kernel), got one "
+                        "KernelCount: wrap it in a list, [count]")
+    if isinstance(counts, dict):
+        raise TypeError("counts must be a list of KernelCount (from count_kernel), got a dict: "
+                        "pass list(counts.values())")
+    counts = list(counts)  # a generator would be used up by the check below
+    if not all(isinstance(c, KernelCount) for c in counts):
         raise TypeError("counts must be a list of KernelCount (from count_kernel), got "
-                        f"{type(counts).__name__}" + ("; wrap one count in a list: [count]"
-                                                      if isinstance(counts, KernelCount) else ""))
+                        + ", ".join(type(c).__name__ for c in counts))
     _check_gpu(gpu)
     if highlight is not None and highlight not in {c.kernel for c in counts}:
         raise ValueError(f"highlight must be None or the kernel of a drawn count, one of "
