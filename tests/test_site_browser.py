@@ -360,6 +360,26 @@ def test_labs_carry_their_own_number():
             assert link.startswith("Lab "), (page, link)
 
 
+@pytest.mark.browser
+def test_chapter_zero_is_numbered_zero():
+    """Chapter 0 sits in an unnumbered part, yet reads as chapter 0 (_ext/attnbook_labs.py): its
+    title, sections, figures and references to them are 0, 0.1, ... and no later chapter moves."""
+    if not (SITE / "index.html").exists():
+        pytest.skip(f"no built site at {SITE}")
+    zero = (SITE / "book" / "00_at_a_glance.html").read_text(encoding="utf-8")
+    assert re.search(r'<h1><span class="section-number">0\. </span>', zero)  # the page's heading
+    assert re.search(r'section-number">0\.1\. ', zero)
+    assert set(re.findall(r"Fig\. [\d.]+", zero)) == {"Fig. 0.1"}
+    assert re.search(r"<title>0\. ", zero)
+    four = (SITE / "book" / "04_causal_mask.html").read_text(encoding="utf-8")
+    assert "Fig. 0.1" in four and "Fig. 4.1" in four  # its reference to chapter 0, its own
+    one = (SITE / "book" / "01_projections.html").read_text(encoding="utf-8")
+    assert re.search(r"<title>1\. ", one)
+    # The introduction keeps its own count, no longer shared with chapter 0.
+    intro = (SITE / "book" / "intro.html").read_text(encoding="utf-8")
+    assert set(re.findall(r"Fig\. [\d.]+", intro)) == {"Fig. 1"}
+
+
 # JavaScript run in the page once it has loaded.
 _SETTLE = """async () => {
   // Images: load lazy ones too, then wait for every image to finish.
