@@ -93,6 +93,18 @@ def kv_table(kv) -> list[str]:
             c, r = kv["times"][name, True, n], kv["times"][name, False, n]
             lines.append(f"| {name} | {n} | {c.median:.3f} ±{50 * c.spread:.0f}% | "
                          f"{r.median:.3f} ±{50 * r.spread:.0f}% | {r.median / c.median:.1f}× |")
+    if len(kv["threads"]) == 2:  # what the second thread does to each side of the ratio
+        n1, n2 = kv["threads"]
+
+        def gain(cache: bool) -> str:
+            return ", ".join(f"{name} {kv['times'][name, cache, n2].median / kv['times'][name, cache, n1].median:.2f}×"  # noqa: E501
+                             for name in GENERATORS)
+        lines += ["", f"Time on {n2} threads ÷ time on {n1} (this run): with the cache "
+                  f"{gain(True)}; recomputing {gain(False)}. A cached step's operations are "
+                  "small (one row of projections, one row of scores); recomputing runs matrix "
+                  "products over the whole sequence, which split over two cores. So the "
+                  "cache's speed-up on two threads is its one-thread speed-up times the "
+                  "recomputing number divided by the cache's."]
     diffs = ", ".join(f"{k}: {v:.1e}" for k, v in kv["max_diff"].items())
     lines += ["", f"Largest difference, cache against recomputing (float32): {diffs}; tiny "
               f"model, the same tokens: {'yes' if kv['same_tokens'] else 'NO'}.", ""]
