@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from conftest import random_padding
@@ -395,3 +397,40 @@ def test_a_cache_fed_without_padding_needs_no_key_mask():
     assert not cache.padded
     cached_attention(m, torch.randn(2, 1, 8), cache, torch.ones(2, 1, dtype=torch.bool))
     assert cache.padded
+
+
+def _kv_bad_inputs():
+    m, mha = Attention(8, 16), MultiHeadAttention(8, 16, 4)
+    x = torch.randn(2, 3, 8)
+    return [
+        ("x without a batch axis", lambda: cached_attention(m, x[0], KVCache.for_module(m, 2)),
+         ValueError, "3-D"),
+        ("another width", lambda: cached_attention(m, x[..., :5], KVCache.for_module(m, 2)),
+         ValueError, "d_model=8"),
+        ("another batch", lambda: cached_attention(m, x, KVCache.for_module(m, 3)),
+         ValueError, "batch of 2"),
+        ("a cache made for another module",
+         lambda: cached_attention(m, x, KVCache.for_module(mha, 2)), ValueError, "another module"),
+        ("a float padding mask",
+         lambda: cached_attention(m, x, KVCache.for_module(m, 2), torch.ones(2, 3)),
+         TypeError, "torch.bool"),
+        ("a padding mask of another length",
+         lambda: cached_attention(m, x, KVCache.for_module(m, 2),
+                                  torch.ones(2, 4, dtype=torch.bool)), ValueError, "(2, 3)"),
+        ("a negative batch", lambda: KVCache.for_module(m, -1), ValueError, "batch"),
+        ("a fractional window", lambda: KVCache.for_module(m, 2, window=2.5), TypeError, "window"),
+        ("negative steps", lambda: generate(m, x, -1), ValueError, "steps"),
+        ("an empty prompt", lambda: generate(m, x[:, :0], 2), ValueError, "no tokens"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_kv_bad_inputs())))
+def test_the_cache_names_what_it_expected(case):
+    name, call, error, words = _kv_bad_inputs()[case]
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+def test_generating_zero_tokens_returns_an_empty_sequence():
+    m = Attention(8, 16)
+    assert generate(m, torch.randn(2, 3, 8), 0).shape == (2, 0, 8)

@@ -26,6 +26,7 @@ a query that sees no real key outputs zeros, whatever a kernel does with an all-
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .attention import Attention
+from .checks import check_input, check_padding_mask
 from .fused import fused_attention, key_mask, repeat_kv
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
@@ -104,9 +106,15 @@ class KVCache:
                 slots and accepts sequences of any length.
 
         Raises:
-            ValueError: if ``window`` is not between 1 and ``capacity``.
+            ValueError: if ``batch`` is negative or ``window`` is not between 1 and ``capacity``.
+            TypeError: if ``window`` is not an integer.
         """
+        if batch < 0:
+            raise ValueError(f"batch must be at least 0 (the number of sequences), got {batch}")
         if window is not None:
+            if isinstance(window, bool) or not isinstance(window, int):
+                raise TypeError(f"window must be an integer (a number of tokens) or None, got "
+                                f"{window!r}")
             if not 1 <= window <= capacity:
                 raise ValueError(
                     f"window must be between 1 and the context length {capacity} (the most "
@@ -206,13 +214,27 @@ def cached_attention(
         The outputs of the new tokens.
 
     Raises:
-        TypeError: for an unsupported module or a dtype other than the cache's.
-        ValueError: if a cache without a window would hold more than its capacity.
+        TypeError: for an unsupported module, a dtype other than the cache's, or a padding mask
+            that is not bool.
+        ValueError: for a shape that does not fit the module or the cache, a cache made for
+            another module, or a cache without a window that would hold more than its capacity.
 
     Shape:
         x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
     """
     check_supported(attn)
+    # Any t: the cache, not the module's context length, decides how many tokens fit.
+    B, t, _ = check_input(x_new, attn.d_model, context_length=sys.maxsize)
+    if (cache.k.size(1), cache.k.size(3)) != (attn.n_kv_heads, attn.d_head):
+        raise ValueError(
+            f"the cache holds {cache.k.size(1)} key/value head(s) of width {cache.k.size(3)} but "
+            f"the module has {attn.n_kv_heads} of width {attn.d_head}: the cache was made for "
+            "another module; make one with KVCache.for_module(attn, batch)")
+    if B != cache.k.size(0):
+        raise ValueError(f"x_new has a batch of {B} sequences but the cache holds "
+                         f"{cache.k.size(0)}; make one with KVCache.for_module(attn, {B})")
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, B, t)
     if x_new.dtype != cache.k.dtype:
         raise TypeError(f"x_new has dtype {x_new.dtype} but the cache (and the module) hold "
                         f"{cache.k.dtype}; convert with x_new.to({cache.k.dtype})")
@@ -349,9 +371,20 @@ def generate(
     Returns:
         The outputs of the generated tokens.
 
+    Raises:
+        ValueError: for a negative ``steps`` or an empty prompt (generation continues from the
+            prompt's last output, so it needs one).
+
     Shape:
         prompt: (B, t0, d) -> (B, steps, d)
     """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise ValueError(f"steps must be an integer >= 0 (tokens to generate), got {steps!r}")
+    if prompt.dim() == 3 and prompt.size(1) == 0:
+        raise ValueError("the prompt has no tokens; generation continues from the output of "
+                         "the prompt's last token, so give it at least one")
+    if steps == 0:
+        return prompt.new_zeros(prompt.size(0), 0, prompt.size(-1))
     outputs = []
     if use_cache:
         cache = KVCache.for_module(attn, prompt.size(0))
