@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 import torch
 
 from attnbook.model import TinyConfig, TinyModel
@@ -96,3 +99,28 @@ def test_evaluate_restores_training_mode():
     model.train()
     acc = evaluate(model, task, n_sequences=100, batch_size=30)
     assert 0.0 <= acc <= 1.0 and model.training
+
+
+@pytest.mark.parametrize(("ids", "error", "words"), [
+    (lambda V: torch.randint(V, (5,)), ValueError, "unsqueeze(0)"),
+    (lambda V: torch.randint(V, (2, 5)).float(), TypeError, "ids.long()"),
+    (lambda V: torch.full((2, 5), V), ValueError, "vocab_size - 1"),
+    (lambda V: torch.full((2, 5), -1), ValueError, "vocab_size - 1"),
+])
+def test_token_ids_are_checked_by_name(ids, error, words):
+    cfg = TinyConfig(vocab_size=7, context_length=12, d_model=16, n_heads=4, n_layers=1)
+    model = TinyModel(cfg)
+    for call in (lambda i: model(i), lambda i: model.generate(i, 2),
+                 lambda i: model.step(i, model.new_caches(i.size(0) if i.dim() else 1))):
+        with pytest.raises(error, match=re.escape(words)):
+            call(ids(cfg.vocab_size))
+
+
+def test_config_and_generate_refuse_nonsense_sizes():
+    with pytest.raises(ValueError, match="vocab_size"):
+        TinyConfig(vocab_size=0, context_length=8)
+    with pytest.raises(ValueError, match="n_layers"):
+        TinyConfig(vocab_size=5, context_length=8, n_layers=0)
+    model = TinyModel(TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2))
+    with pytest.raises(ValueError, match="n must be"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), -1)

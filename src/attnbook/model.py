@@ -48,6 +48,12 @@ class TinyConfig:
     fused: bool = True
     n_kv_heads: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
 
 class Block(nn.Module):
     """One pre-norm block: x + attention(norm(x)), then x + mlp(norm(x)).
@@ -106,6 +112,28 @@ class TinyModel(nn.Module):
         self.norm = nn.LayerNorm(config.d_model)
         self.readout = nn.Linear(config.d_model, config.vocab_size)
 
+    def check_ids(self, idx: torch.Tensor) -> None:
+        """Refuse what is not a (B, T) tensor of token ids 0 .. V - 1, by name.
+
+        An id out of range would otherwise fail inside the embedding with "index out of range in
+        self" (on a GPU, a device-side assert that breaks the whole CUDA session).
+        """
+        V = self.config.vocab_size
+        if not isinstance(idx, torch.Tensor):
+            raise TypeError(f"token ids must be a torch.Tensor of shape (B, T), got "
+                            f"{type(idx).__name__}")
+        if idx.dim() != 2:
+            raise ValueError(f"token ids must be 2-D, (B, T) = (batch, tokens), got shape "
+                             f"{tuple(idx.shape)}"
+                             + (" (add a batch dimension with ids.unsqueeze(0))"
+                                if idx.dim() == 1 else ""))
+        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+            raise TypeError(f"token ids must be integers, got dtype {idx.dtype}; convert with "
+                            "ids.long()")
+        if idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < V):
+            raise ValueError(f"token ids must be between 0 and vocab_size - 1 = {V - 1}, got "
+                             f"values from {int(idx.min())} to {int(idx.max())}")
+
     def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Token vector plus the vector of its position (``start`` onwards): (B, T) -> (B, T, d)."""
         x = self.tokens(idx)  # (B, T, d)
@@ -126,6 +154,7 @@ class TinyModel(nn.Module):
             ``logits`` (B, T, V), and with ``return_weights=True`` a list of ``n_layers``
             tensors of shape (B, h, T, T).
         """
+        self.check_ids(idx)
         x = self.embed(idx)  # (B, T, d)
         weights = []
         for block in self.blocks:
@@ -158,6 +187,7 @@ class TinyModel(nn.Module):
         Shape:
             idx_new: (B, t) -> (B, t, V)
         """
+        self.check_ids(idx_new)
         start, t = caches[0].length, idx_new.size(1)
         if self.positions is not None and start + t > self.config.context_length:
             raise ValueError(
@@ -185,6 +215,9 @@ class TinyModel(nn.Module):
         Shape:
             prompt: (B, t0) -> (B, t0 + n), with t0 + n <= context_length
         """
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be an integer >= 0 (tokens to generate), got {n!r}")
+        self.check_ids(prompt)
         t0 = prompt.size(1)
         if t0 < 1 or t0 + n > self.config.context_length:
             raise ValueError(f"prompt length {t0} plus n={n} tokens must be between 1 and "
