@@ -69,3 +69,12 @@ def test_dot_T_on_a_3d_tensor_is_deprecated_not_an_error():
     with pytest.warns(UserWarning, match="deprecated"):
         y = x.T
     assert y.shape == (3, 5, 2)
+
+
+def test_the_wrong_transposes_fail_on_a_2_5_3_batch():
+    """Chapter 2's transpose exercise: with (B, T, d) = (2, 5, 3) only the last two dims work."""
+    q, k = torch.randn(2, 5, 3), torch.randn(2, 5, 3)
+    assert (q @ k.transpose(-2, -1)).shape == (2, 5, 5) == (q @ k.mT).shape
+    for wrong in (k.transpose(0, 1), k.permute(2, 1, 0)):  # (5, 2, 3); k.T's (3, 5, 2)
+        with pytest.raises(RuntimeError):
+            q @ wrong
