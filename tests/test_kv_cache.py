@@ -434,3 +434,23 @@ def test_the_cache_names_what_it_expected(case):
 def test_generating_zero_tokens_returns_an_empty_sequence():
     m = Attention(8, 16)
     assert generate(m, torch.randn(2, 3, 8), 0).shape == (2, 0, 8)
+
+
+def test_tiny_model_generates_past_its_context_with_a_window():
+    torch.manual_seed(1)
+    cfg = TinyConfig(vocab_size=7, context_length=8, d_model=8, n_heads=2, n_layers=2,
+                     positions=False)
+    model = TinyModel(cfg).double()
+    prompt = torch.randint(7, (2, 3))
+    seq = model.generate(prompt, 17, window=4)  # 20 tokens, context length 8
+    assert seq.shape == (2, 20) and torch.equal(seq[:, :3], prompt)
+    caches = model.new_caches(2, window=4)  # the same greedy tokens, step by step
+    logits = model.step(prompt, caches)[:, -1]
+    for t in range(3, 20):
+        assert torch.equal(seq[:, t], logits.argmax(-1))
+        logits = model.step(seq[:, t : t + 1], caches)[:, -1]
+    with pytest.raises(ValueError, match="use_cache=True"):
+        model.generate(prompt, 2, use_cache=False, window=4)
+    with_pos = TinyModel(TinyConfig(**{**cfg.__dict__, "positions": True}))
+    with pytest.raises(ValueError, match="position vectors"):
+        with_pos.generate(prompt, 17, window=4)

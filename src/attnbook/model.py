@@ -200,7 +200,8 @@ class TinyModel(nn.Module):
         return self.readout(self.norm(x))  # (B, t, V)
 
     @torch.no_grad()
-    def generate(self, prompt: torch.Tensor, n: int, use_cache: bool = True) -> torch.Tensor:
+    def generate(self, prompt: torch.Tensor, n: int, use_cache: bool = True,
+                 window: int | None = None) -> torch.Tensor:
         """Append ``n`` tokens to ``prompt``, each the most likely next token (greedy decoding).
 
         Args:
@@ -208,25 +209,38 @@ class TinyModel(nn.Module):
             n: how many tokens to generate.
             use_cache: run the prompt once and then one token per step through a KV cache per
                 layer; ``False`` reruns the whole sequence every step (the same tokens, slower).
+            window: attend to the last ``window`` tokens only (sliding-window caches,
+                1 <= window <= context_length; needs ``use_cache``). A model without position
+                embeddings can then generate past its context length; one with them still stops
+                at its position table.
 
         Returns:
             The prompt followed by the ``n`` generated tokens.
 
         Shape:
-            prompt: (B, t0) -> (B, t0 + n), with t0 + n <= context_length
+            prompt: (B, t0) -> (B, t0 + n), with t0 + n <= context_length (unless a window
+            lets a model without positions go further)
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ValueError(f"n must be an integer >= 0 (tokens to generate), got {n!r}")
         self.check_ids(prompt)
+        if window is not None and not use_cache:
+            raise ValueError("window=W needs the KV cache (use_cache=True): without it every "
+                             "step reruns the whole sequence with the module's full causal mask")
         t0 = prompt.size(1)
-        if t0 < 1 or t0 + n > self.config.context_length:
+        longest = self.config.context_length
+        if window is not None and self.positions is None:
+            longest = None  # a ring of W slots and no position table: any length
+        if t0 < 1 or (longest is not None and t0 + n > longest):
             raise ValueError(f"prompt length {t0} plus n={n} tokens must be between 1 and "
-                             f"context_length={self.config.context_length}")
+                             f"context_length={self.config.context_length}"
+                             + ("" if self.positions is None else
+                                " (the model has that many position vectors)"))
         was_training = self.training
         self.eval()
         seq = prompt
         if use_cache:
-            caches = self.new_caches(prompt.size(0))
+            caches = self.new_caches(prompt.size(0), window=window)
             logits = self.step(prompt, caches)[:, -1]  # (B, V): prefill, the prompt in one call
             for _ in range(n):
                 nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
