@@ -49,8 +49,9 @@ def check_outputs(answer, weights: torch.Tensor, v: torch.Tensor, k: torch.Tenso
 
 
 def check_hull_bound(answer, v: torch.Tensor) -> Feedback:
-    """Exercise: for each query i under the causal mask, the largest first coordinate that
-    its output y_i can reach, whatever the scores (the hull of v_0, ..., v_i bounds it).
+    """Exercise: for each query i under the causal mask, the least upper bound of the first
+    coordinate that its output y_i can approach, whatever the scores (the hull of v_0, ..., v_i
+    bounds it).
 
     Shape:
         v: (T, d); answer: (T,)
