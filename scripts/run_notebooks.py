@@ -30,6 +30,12 @@ def run(path: Path) -> float:
 
 
 def main(paths: list[str]) -> None:
+    if any(p in ("-h", "--help") for p in paths):
+        print(__doc__.strip())
+        return
+    missing = [p for p in paths if not Path(p).is_file() or not p.endswith(".ipynb")]
+    if missing:
+        sys.exit(f"not a notebook file: {', '.join(missing)}\n\n{__doc__.strip()}")
     os.environ.pop("ATTNBOOK_DEVICE", None)
     notebooks = [Path(p).resolve() for p in paths] or sorted((ROOT / "notebooks").glob("*.ipynb"))
     for path in notebooks:
