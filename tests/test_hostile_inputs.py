@@ -13,6 +13,7 @@ that must keep working.
 from __future__ import annotations
 
 import math
+import re
 
 import matplotlib
 
@@ -23,10 +24,10 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from attnbook.gpu.decoding import flash_decoding, merge_partials, split_partials  # noqa: E402
-from attnbook.gpu.io_cost import H100  # noqa: E402
+from attnbook.gpu.io_cost import H100, decoding_bytes, flash_flops, flash_io, standard_io  # noqa: E402
 from attnbook.gpu.roofline import KernelCount, count_kernel, draw_roofline, png_bytes  # noqa: E402
 from attnbook.measure import LiveTensorBytes, Timing, best_time, compare, timings  # noqa: E402
-from attnbook.ring import simulate_ring_grads  # noqa: E402
+from attnbook.ring import ring_attention, simulate_ring, simulate_ring_grads  # noqa: E402
 from attnbook.ring_trace import (  # noqa: E402
     describe_step,
     draw_ring_step,
@@ -276,11 +277,18 @@ def test_a_rejected_compare_leaves_the_threads_as_they_were():
 
 
 def test_pytorchs_cpu_flash_backward_takes_no_half_precision():
-    """What trace_ring's "fused float16" message says of PyTorch (if this fails, PyTorch
-    changed: the check in check_ring_inputs can go)."""
+    """What pick_kernel's "fused float16" message says of PyTorch (if this fails, PyTorch
+    changed: the refusal in attnbook.ring.pick_kernel can go, and "auto" can pick "fused")."""
+    from attnbook.ring import attend_pair, pair_grads
+
     q = rand(1, 8, 2).half()
+    out, lse = attend_pair(q, q, q, None, True, 4, "fused")  # the forward runs
     with pytest.raises(RuntimeError, match="expected scalar type Float"):
+        pair_grads(q, q, q, q, out, lse, None, True, 4, "fused")
+    with pytest.raises(ValueError, match="kernel='tiled' or 'auto'"):
         simulate_ring_grads(q, q, q, q, world=2, kernel="fused")
+    out, *grads = simulate_ring_grads(q, q, q, q, world=2)  # "auto": the tiled loop
+    assert all(torch.isfinite(t).all() for t in (out, *grads))
 
 
 def test_inputs_that_must_keep_working():
@@ -315,3 +323,35 @@ def test_inputs_that_must_keep_working():
     assert Timing([0.0, 0.0]).spread == 0 and "±0%" in str(Timing([0.0, 0.0]))
     assert Timing([0.0, 0.0, 1e-7]).spread == math.inf
     plt.close("all")
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [
+    (lambda: simulate_ring(RQ, RQ[:, :5], RQ, world=2), ValueError, "k must have q's shape"),
+    (lambda: simulate_ring(RQ, RQ, RQ, world=0), ValueError, "world >= 1"),
+    (lambda: simulate_ring(RQ.long(), RQ.long(), RQ.long(), world=2), TypeError, "floating"),
+    (lambda: simulate_ring(RQ, RQ * math.nan, RQ, world=2), ValueError, "k contains NaN"),
+    (lambda: simulate_ring_grads(RQ, RQ, RQ, RQ[:, :4], world=2), ValueError, "dout"),
+    # The distributed ring checks shapes, dtypes and options before any communication (no
+    # process group is needed to raise), but makes no pass over the values.
+    (lambda: ring_attention(RQ, RQ[:, :5], RQ), ValueError, "k must have q's shape"),
+    (lambda: ring_attention(RQ, RQ, RQ, block_size=0), ValueError, "block_size >= 1"),
+    (lambda: ring_attention(RQ, RQ, RQ, kernel="cuda"), ValueError, "kernel must be one of"),
+    (lambda: ring_attention(*(RQ.half(),) * 3, kernel="fused"), ValueError, "kernel='tiled'"),
+])
+def test_the_ring_names_what_it_expected(call, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        call()
+
+
+@pytest.mark.parametrize(("call", "error", "words"), [
+    (lambda: flash_flops(64, 16, 0, 16), ValueError, "block_m >= 1"),
+    (lambda: flash_io(-1, 16, 16, 16), ValueError, "N >= 1"),
+    (lambda: flash_io(64.0, 16, 16, 16), TypeError, "N must be a whole number"),
+    (lambda: standard_io(64, 0), ValueError, "d >= 1"),
+    (lambda: decoding_bytes(1.5, 16), TypeError, "T must be a whole number"),
+    (lambda: decoding_bytes(8, 16, g=True), TypeError, "g must be a whole number"),
+    (lambda: flash_io(64, 16, 16, 16, causal="yes"), TypeError, "causal must be True or False"),
+])
+def test_io_counts_name_what_they_expected(call, error, words):
+    with pytest.raises(error, match=re.escape(words)):
+        call()

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
 
@@ -61,3 +63,32 @@ def check_padding_mask(padding_mask: torch.Tensor, B: int, T: int) -> None:
         raise ValueError(
             f"padding_mask must have shape (B, T) = ({B}, {T}), got {tuple(padding_mask.shape)}"
         )
+
+
+def check_whole_number(name: str, value, minimum: int = 1) -> int:
+    """``value`` if it is a whole number (an int, not a bool) of at least ``minimum``.
+
+    Raises:
+        TypeError: ``value`` is not an int (a float such as 4.0 or 2.5, a string, a bool).
+        ValueError: ``value`` is below ``minimum``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be a whole number (an int) of at least {minimum}, got "
+                        f"{value!r} of type {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"need {name} >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_finite(caller: str, **tensors) -> None:
+    """ValueError naming the tensor when one of ``tensors`` holds NaN or an infinity.
+
+    Tensors on the ``meta`` device (shapes only) and None are skipped.
+    """
+    for name, t in tensors.items():
+        if t is None or t.device.type == "meta" or not t.is_floating_point():
+            continue
+        if not bool(t.isfinite().all()):
+            bad = "NaN" if bool(t.isnan().any()) else "an infinity"
+            raise ValueError(f"{caller}: {name} contains {bad}; it takes finite values only "
+                             "(NaN or an infinity in an input makes every result it reaches NaN)")

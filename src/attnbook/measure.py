@@ -18,9 +18,7 @@ the same on every run). Time has one protocol, used by every lab and by ``benchm
 Kernel-level GPU timing (CUDA events, L2 flushing) is :func:`attnbook.gpu.timing.benchmark`;
 on the CPU it runs the loop of :func:`timings`.
 
-Two input checks live here too, :func:`check_whole_number` and :func:`check_finite`, because
-this module imports nothing heavy: the timing helpers, the lab traces
-(:mod:`attnbook.ring_trace`, :mod:`attnbook.tile_trace`) and the GPU counting helpers share them.
+Its arguments are checked with :func:`attnbook.checks.check_whole_number`.
 """
 
 from __future__ import annotations
@@ -32,6 +30,8 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from .checks import check_whole_number
 
 
 class LiveTensorBytes:
@@ -103,35 +103,6 @@ class LiveTensorBytes:
         peak = state["peak"]
         del result
         return peak
-
-
-def check_whole_number(name: str, value, minimum: int = 1) -> int:
-    """``value`` if it is a whole number (an int, not a bool) of at least ``minimum``.
-
-    Raises:
-        TypeError: ``value`` is not an int (a float such as 4.0 or 2.5, a string, a bool).
-        ValueError: ``value`` is below ``minimum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be a whole number (an int) of at least {minimum}, got "
-                        f"{value!r} of type {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"need {name} >= {minimum}, got {value}")
-    return int(value)
-
-
-def check_finite(caller: str, **tensors) -> None:
-    """ValueError naming the tensor when one of ``tensors`` holds NaN or an infinity.
-
-    Tensors on the ``meta`` device (shapes only) and None are skipped.
-    """
-    for name, t in tensors.items():
-        if t is None or t.device.type == "meta" or not t.is_floating_point():
-            continue
-        if not bool(t.isfinite().all()):
-            bad = "NaN" if bool(t.isnan().any()) else "an infinity"
-            raise ValueError(f"{caller}: {name} contains {bad}; it takes finite values only "
-                             "(NaN or an infinity in an input makes every result it reaches NaN)")
 
 
 def _check_call(name: str, fn) -> None:

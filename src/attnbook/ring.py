@@ -33,6 +33,7 @@ import math
 import torch
 import torch.distributed as dist
 
+from .checks import check_finite, check_padding_mask, check_whole_number
 from .online import NEG_INF, _finite, tiled_attention_backward, tiled_attention_forward
 
 LAYOUTS = ("contiguous", "zigzag")
@@ -136,7 +137,9 @@ def ring_attention(
     Shape:
         q, k, v: (B, 2c, d) or (B, h, 2c, d_h); padding_mask: (B, 2c) -> same as q
     """
-    chunk_ids(0, 1, layout)  # reject an unknown layout before any communication
+    # Before any communication; no pass over the values (finite=False): this is the fast path.
+    check_ring_inputs(q, k, v, None, padding_mask, None, layout, causal, block_size, kernel,
+                      caller="ring_attention", finite=False)
     kernel = pick_kernel(kernel, q)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad:
@@ -261,20 +264,77 @@ def fused_available() -> bool:
 
 
 def pick_kernel(kernel: str, q: torch.Tensor) -> str:
-    """``"fused"`` or ``"tiled"``: ``"auto"`` takes the fused kernel for CPU tensors if present.
+    """``"fused"`` or ``"tiled"``: ``"auto"`` takes the fused kernel for float32 and float64 CPU
+    tensors if present, the tiled loop otherwise.
 
     Raises:
-        ValueError: for an unknown name, or ``"fused"`` for tensors not on the CPU.
+        ValueError: for an unknown name, or ``"fused"`` for tensors not on the CPU or in half
+            precision (the CPU flash kernel's backward takes float32 and float64 only).
     """
     if kernel not in KERNELS:
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
-    on_cpu = q.device.type == "cpu"
+    fits = q.device.type == "cpu" and fused_available()
+    half = q.dtype in (torch.float16, torch.bfloat16)
     if kernel == "auto":
-        return "fused" if on_cpu and fused_available() else "tiled"
-    if kernel == "fused" and not (on_cpu and fused_available()):
+        return "fused" if fits and not half else "tiled"
+    if kernel == "fused" and not fits:
         raise ValueError(f"kernel='fused' needs CPU tensors and PyTorch's CPU flash kernel; got "
                          f"a tensor on {q.device}: use kernel='tiled' or 'auto'")
+    if kernel == "fused" and half:
+        raise ValueError(f"kernel='fused' runs PyTorch's CPU flash kernel, whose backward takes "
+                         f"float32 or float64, not {q.dtype}: use kernel='tiled' or 'auto' "
+                         "(which accumulate half inputs in float32) or convert the inputs")
     return kernel
+
+
+def check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size,
+                      kernel, *, caller: str = "ring attention", finite: bool = True) -> None:
+    """TypeError or ValueError, naming what was expected, unless the ring can run.
+
+    The ring cuts queries, keys and values of one sequence alike, so q, k, v share (B, T) or
+    (B, h, T) (no grouped-query heads), k has q's width d, and dout (None in a forward) is the
+    output's shape; of one floating dtype, on one device; T and d at least 1; with ``finite``
+    also free of NaN and infinities (a pass over the inputs, skipped by the distributed ring).
+    ``world`` None skips its check (the process group's size).
+    """
+    tensors = {"q": q, "k": k, "v": v} | ({} if dout is None else {"dout": dout})
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{caller}: {name} must be a torch.Tensor of shape (B, T, d) or "
+                            f"(B, h, T, d_h), got {type(t).__name__}")
+    shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
+    if q.dim() not in (3, 4) or any(t.dim() != q.dim() for t in tensors.values()):
+        raise ValueError(f"{caller}: q, k, v and dout must all be (B, T, d) or all "
+                         f"(B, h, T, d_h); got {shapes}")
+    if k.shape != q.shape or v.shape[:-1] != q.shape[:-1] or \
+            (dout is not None and dout.shape != (*q.shape[:-1], v.size(-1))):
+        raise ValueError(f"{caller}: k must have q's shape {tuple(q.shape)}, v the same up to "
+                         "its width d_v, and dout the output's shape (q's, with v's width): "
+                         "the ring shards one sequence of queries, keys and values alike (as "
+                         f"many key/value heads as query heads); got {shapes}")
+    if q.size(-2) < 1 or q.size(-1) < 1 or v.size(-1) < 1:
+        raise ValueError(f"{caller} needs at least one token (T >= 1) and widths d, d_v >= 1; "
+                         f"got {shapes}")
+    if not q.is_floating_point() or len({t.dtype for t in tensors.values()}) > 1:
+        raise TypeError(f"{caller}: q, k, v and dout must share one floating dtype, got "
+                        + ", ".join(str(t.dtype) for t in tensors.values()))
+    if len({t.device for t in tensors.values()}) > 1:
+        raise ValueError(f"{caller}: q, k, v and dout must be on one device, got "
+                         + ", ".join(str(t.device) for t in tensors.values()))
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, q.size(0), q.size(-2))
+        if padding_mask.device != q.device:
+            raise ValueError(f"padding_mask must be on q's device {q.device}, got "
+                             f"{padding_mask.device}")
+    if world is not None:
+        check_whole_number("world", world, 1)
+    check_whole_number("block_size", block_size, 1)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+    chunk_ids(0, 1, layout)  # ValueError for an unknown layout
+    pick_kernel(kernel, q)  # ValueError for an unknown kernel, or "fused" that cannot run
+    if finite:
+        check_finite(caller, **tensors)
 
 
 def _fused_bias(padding_mask, q) -> torch.Tensor | None:
@@ -479,6 +539,8 @@ def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True
     Shape:
         q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
     """
+    check_ring_inputs(q, k, v, None, padding_mask, world, layout, causal, block_size, kernel,
+                      caller="simulate_ring")
     kernel = pick_kernel(kernel, q)
     ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
     outs = _simulate_forward(ranks, world, causal, layout, block_size, kernel, record)
@@ -507,6 +569,8 @@ def simulate_ring_grads(q, k, v, dout, padding_mask=None, *, world: int, causal:
     Shape:
         q, k, v, dout: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> four like q
     """
+    check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size, kernel,
+                      caller="simulate_ring_grads")
     kernel = pick_kernel(kernel, q)
     T = q.size(-2)
     ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]

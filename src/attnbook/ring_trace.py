@@ -16,14 +16,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import check_padding_mask
-from .measure import check_finite, check_whole_number
+from .checks import check_whole_number
 from .ring import (
+    check_ring_inputs,
     chunk_ids,
     finish_state,
     merge_block,
     new_state,
-    pick_kernel,
     simulate_ring_grads,
     unshard,
 )
@@ -105,55 +104,6 @@ def _check_pass(pass_: str) -> None:
         raise ValueError(f"pass_ must be one of {PASSES}, got {pass_!r}")
 
 
-def check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size,
-                      kernel) -> None:
-    """TypeError or ValueError, naming what was expected, unless :func:`trace_ring` can run.
-
-    The simulated ring cuts queries, keys and values of one sequence alike, so q, k, v share
-    (B, T) or (B, h, T) (no grouped-query heads), k has q's width d, and dout is the output's
-    shape; all finite, of one floating dtype, on one device; T and d at least 1.
-    """
-    tensors = {"q": q, "k": k, "v": v, "dout": dout}
-    for name, t in tensors.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"trace_ring: {name} must be a torch.Tensor of shape (B, T, d) or "
-                            f"(B, h, T, d_h), got {type(t).__name__}")
-    shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in tensors.items())
-    if q.dim() not in (3, 4) or any(t.dim() != q.dim() for t in tensors.values()):
-        raise ValueError(f"trace_ring: q, k, v and dout must all be (B, T, d) or all "
-                         f"(B, h, T, d_h); got {shapes}")
-    if k.shape != q.shape or v.shape[:-1] != q.shape[:-1] or \
-            dout.shape != (*q.shape[:-1], v.size(-1)):
-        raise ValueError(f"trace_ring: k must have q's shape {tuple(q.shape)}, v the same up to "
-                         "its width d_v, and dout the output's shape (q's, with v's width): "
-                         "the ring shards one sequence of queries, keys and values alike (as "
-                         f"many key/value heads as query heads); got {shapes}")
-    if q.size(-2) < 1 or q.size(-1) < 1 or v.size(-1) < 1:
-        raise ValueError(f"trace_ring needs at least one token (T >= 1) and widths d, d_v >= 1; "
-                         f"got {shapes}")
-    if not q.is_floating_point() or len({t.dtype for t in tensors.values()}) > 1:
-        raise TypeError("trace_ring: q, k, v and dout must share one floating dtype, got "
-                        + ", ".join(str(t.dtype) for t in tensors.values()))
-    if len({t.device for t in tensors.values()}) > 1:
-        raise ValueError("trace_ring: q, k, v and dout must be on one device, got "
-                         + ", ".join(str(t.device) for t in tensors.values()))
-    if padding_mask is not None:
-        check_padding_mask(padding_mask, q.size(0), q.size(-2))
-        if padding_mask.device != q.device:
-            raise ValueError(f"padding_mask must be on q's device {q.device}, got "
-                             f"{padding_mask.device}")
-    check_whole_number("world", world, 1)
-    check_whole_number("block_size", block_size, 1)
-    if not isinstance(causal, bool):
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    chunk_ids(0, 1, layout)  # ValueError for an unknown layout
-    if pick_kernel(kernel, q) == "fused" and q.dtype in (torch.float16, torch.bfloat16):
-        raise ValueError(f"kernel={kernel!r} runs PyTorch's CPU flash kernel, whose backward "
-                         f"takes float32 or float64, not {q.dtype}: use kernel='tiled' (which "
-                         "accumulates half inputs in float32) or convert the inputs")
-    check_finite("trace_ring", **tensors)
-
-
 def trace_ring(q, k, v, dout, padding_mask=None, *, world: int, layout: str = "zigzag",
                causal: bool = True, block_size: int = 256, kernel: str = "tiled") -> RingTrace:
     """Run the simulated ring forward and backward with its record hook on.
@@ -167,12 +117,14 @@ def trace_ring(q, k, v, dout, padding_mask=None, *, world: int, layout: str = "z
         A :class:`RingTrace`.
 
     Raises:
-        ValueError, TypeError: inputs the ring does not take (see :func:`check_ring_inputs`).
+        ValueError, TypeError: inputs the ring does not take (see
+            :func:`attnbook.ring.check_ring_inputs`).
 
     Shape:
         q, k, v, dout: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
     """
-    check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size, kernel)
+    check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size, kernel,
+                      caller="trace_ring")
     events: list[dict] = []
     out, dq, dk, dv = simulate_ring_grads(q, k, v, dout, padding_mask, world=world,
                                           causal=causal, layout=layout,

@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import check_padding_mask
+from .checks import check_finite, check_padding_mask, check_whole_number
 from .fused import check_self_attention_lengths
-from .measure import check_finite, check_whole_number
 from .online import tiled_attention_backward, tiled_attention_forward
 
 # The book's tile colours (scripts/figures/gpu.py): computed, diagonal (masked), masked part.

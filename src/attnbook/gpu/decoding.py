@@ -12,8 +12,7 @@ import math
 
 import torch
 
-from ..checks import check_padding_mask
-from ..measure import check_finite, check_whole_number
+from ..checks import check_finite, check_padding_mask, check_whole_number
 from .configs import decoding_config, default_precision, device_arch
 from .flash import LOG2E, _as_4d, _d_pad, _pad_arg, check_shapes
 from .triton_env import check_device, check_interpretable, load_kernels

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..checks import check_whole_number
+
 
 @dataclass(frozen=True)
 class GPU:
@@ -40,11 +42,20 @@ def attainable_flops(intensity: float, gpu: GPU) -> float:
     return min(gpu.flops_per_s, intensity * gpu.hbm_bytes_per_s)
 
 
+def _check_sizes(causal=False, **sizes) -> None:
+    """Every size a whole number of at least 1 (N tokens, d features, blocks...), causal a bool."""
+    for name, value in sizes.items():
+        check_whole_number(name, value, 1)
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal must be True or False, got {causal!r}")
+
+
 def standard_io(N: int, d: int) -> int:
     """HBM accesses of standard attention (Dao et al., 2022, Algorithm 0), in elements.
 
     Read Q, K; write S; read S, write P; read P, V; write O: ``4 N d + 4 N²``.
     """
+    _check_sizes(N=N, d=d)
     return 4 * N * d + 4 * N * N
 
 
@@ -54,6 +65,7 @@ def flash_io(N: int, d: int, block_m: int, block_n: int, causal: bool = False) -
     Each program reads its query block once and writes its output block and log-sum-exp once;
     it reads the keys and values of every key block its loop visits (causal: up to the diagonal).
     """
+    _check_sizes(N=N, d=d, block_m=block_m, block_n=block_n, causal=causal)
     total = 2 * N * d + N  # Q read, O written, lse written
     for i0 in range(0, N, block_m):
         hi = min(i0 + block_m, N) if causal else N
@@ -70,6 +82,7 @@ def flash_flops(N: int, d: int, block_m: int, block_n: int, causal: bool = False
     Causal, the diagonal tiles are computed whole and masked, so the count is a little more
     than half of ``4 N² d``.
     """
+    _check_sizes(N=N, d=d, block_m=block_m, block_n=block_n, causal=causal)
     total = 0
     for i0 in range(0, N, block_m):
         rows = min(block_m, N - i0)
@@ -98,12 +111,10 @@ def decoding_bytes(T: int, d: int, *, g: int = 1, n_split: int = 1, bytes_per: i
         The bytes read and written, an integer.
 
     Raises:
-        ValueError: a size below 1.
+        ValueError: a size below 1. TypeError: a size that is not a whole number.
     """
-    if min(T, d, g, n_split, bytes_per, partial_bytes) < 1:
-        raise ValueError(f"T, d, g, n_split, bytes_per and partial_bytes must be at least 1, "
-                         f"got T={T}, d={d}, g={g}, n_split={n_split}, bytes_per={bytes_per}, "
-                         f"partial_bytes={partial_bytes}")
+    _check_sizes(T=T, d=d, g=g, n_split=n_split, bytes_per=bytes_per,
+                 partial_bytes=partial_bytes)
     cache = (2 * T * d + 2 * g * d) * bytes_per  # K, V once; g queries read, g outputs written
     partials = 2 * g * n_split * (d + 1) * partial_bytes  # written by the splits, read back
     return cache + partials

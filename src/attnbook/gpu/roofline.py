@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..measure import check_whole_number
+from ..checks import check_whole_number
 from .io_cost import (
     GPU,
     TrafficCounter,
