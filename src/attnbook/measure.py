@@ -264,8 +264,11 @@ def _mallopt(*settings: tuple[int, int]) -> bool:
 def keep_freed_memory() -> bool:
     """Let the C allocator keep freed buffers for reuse (glibc only; elsewhere nothing changes).
 
-    Sets glibc's mmap threshold to its maximum, 32 MiB (buffers up to that size come from the
-    heap and are reused), and its trim threshold to 1 GiB (freed heap memory is kept). The
+    Sets glibc's mmap threshold to 32 MiB (buffers up to that size come from the heap and are
+    reused; it is the largest threshold glibc chooses by itself on 64-bit systems, though glibc
+    2.36 accepts larger ones) and its trim threshold to 1 GiB (freed heap memory is kept). A
+    larger buffer, such as a float32 (B, T, T) tensor of 64 MiB, is still mapped fresh on every
+    call; chapter 9 says where that affects the benchmark. The
     setting is fixed, so it does not depend on what the process did before. It stays for the
     rest of the process; it changes speed only, never a result.
 
