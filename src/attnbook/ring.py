@@ -138,9 +138,8 @@ def ring_attention(
         q, k, v: (B, 2c, d) or (B, h, 2c, d_h); padding_mask: (B, 2c) -> same as q
     """
     # Before any communication; no pass over the values (finite=False): this is the fast path.
-    check_ring_inputs(q, k, v, None, padding_mask, None, layout, causal, block_size, kernel,
-                      caller="ring_attention", finite=False)
-    kernel = pick_kernel(kernel, q)
+    kernel = check_ring_inputs(q, k, v, None, padding_mask, None, layout, causal, block_size,
+                               kernel, caller="ring_attention", finite=False)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad:
         return RingAttention.apply(q, k, v, padding_mask, causal, layout, group, block_size,
@@ -288,8 +287,9 @@ def pick_kernel(kernel: str, q: torch.Tensor) -> str:
 
 
 def check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size,
-                      kernel, *, caller: str = "ring attention", finite: bool = True) -> None:
-    """TypeError or ValueError, naming what was expected, unless the ring can run.
+                      kernel, *, caller: str = "ring attention", finite: bool = True) -> str:
+    """The per-step kernel to use (:func:`pick_kernel`), after checking that the ring can run:
+    TypeError or ValueError otherwise, naming what was expected.
 
     The ring cuts queries, keys and values of one sequence alike, so q, k, v share (B, T) or
     (B, h, T) (no grouped-query heads), k has q's width d, and dout (None in a forward) is the
@@ -332,9 +332,9 @@ def check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_
     if not isinstance(causal, bool):
         raise TypeError(f"causal must be True or False, got {causal!r}")
     chunk_ids(0, 1, layout)  # ValueError for an unknown layout
-    pick_kernel(kernel, q)  # ValueError for an unknown kernel, or "fused" that cannot run
     if finite:
         check_finite(caller, **tensors)
+    return pick_kernel(kernel, q)  # ValueError for an unknown kernel, or "fused" that cannot run
 
 
 def _fused_bias(padding_mask, q) -> torch.Tensor | None:
@@ -539,9 +539,8 @@ def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True
     Shape:
         q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
     """
-    check_ring_inputs(q, k, v, None, padding_mask, world, layout, causal, block_size, kernel,
-                      caller="simulate_ring")
-    kernel = pick_kernel(kernel, q)
+    kernel = check_ring_inputs(q, k, v, None, padding_mask, world, layout, causal, block_size,
+                               kernel, caller="simulate_ring")
     ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
     outs = _simulate_forward(ranks, world, causal, layout, block_size, kernel, record)
     return unshard([o for o, _ in outs], q.size(-2), layout)
@@ -569,9 +568,8 @@ def simulate_ring_grads(q, k, v, dout, padding_mask=None, *, world: int, causal:
     Shape:
         q, k, v, dout: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> four like q
     """
-    check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size, kernel,
-                      caller="simulate_ring_grads")
-    kernel = pick_kernel(kernel, q)
+    kernel = check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size,
+                               kernel, caller="simulate_ring_grads")
     T = q.size(-2)
     ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
     douts = [shard(dout, r, world, layout) for r in range(world)]

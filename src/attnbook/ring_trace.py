@@ -18,7 +18,6 @@ import torch
 
 from .checks import check_whole_number
 from .ring import (
-    check_ring_inputs,
     chunk_ids,
     finish_state,
     merge_block,
@@ -117,14 +116,13 @@ def trace_ring(q, k, v, dout, padding_mask=None, *, world: int, layout: str = "z
         A :class:`RingTrace`.
 
     Raises:
-        ValueError, TypeError: inputs the ring does not take (see
-            :func:`attnbook.ring.check_ring_inputs`).
+        ValueError, TypeError: inputs the ring does not take, named by
+            :func:`attnbook.ring.simulate_ring_grads`, which checks them first
+            (:func:`attnbook.ring.check_ring_inputs`).
 
     Shape:
         q, k, v, dout: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
     """
-    check_ring_inputs(q, k, v, dout, padding_mask, world, layout, causal, block_size, kernel,
-                      caller="trace_ring")
     events: list[dict] = []
     out, dq, dk, dv = simulate_ring_grads(q, k, v, dout, padding_mask, world=world,
                                           causal=causal, layout=layout,
