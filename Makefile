@@ -79,8 +79,8 @@ nbval: install
 nbval-other-cpu: install
 	$(OTHER_CPU) $(BIN)/python -m pytest $(NBVAL)
 
-# Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel;
-# then again with Colab's own package versions (ipywidgets 7, its numpy and matplotlib, no Triton).
+# Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel,
+# with Colab's own package versions (ipywidgets 7, its numpy and matplotlib, no Triton); one run.
 colab: install $(COLAB_STAMP)
 	$(BIN)/python -m pytest tests/test_colab_outside_repo.py
 

@@ -1,16 +1,20 @@
 """Every lab runs the way Colab runs it: from a folder outside the repository, with attnbook
-installed from a built wheel rather than imported from src/.
+installed from a built wheel rather than imported from src/, under a Colab runtime's package
+versions.
 
 A wheel is built from a copy of the package's files (so the build writes nothing into the
 checkout) and unpacked into a temporary folder that goes first on the kernel's PYTHONPATH. Each
-notebook is copied alone into its own empty temporary folder and executed there; a last cell
-added to the copy reports where attnbook and every other loaded module came from, and the test
-asserts that nothing was imported from the repository. A static check also rejects notebooks
-that name files of the repository. `make test` runs this file in its own step.
+notebook is copied alone into its own empty temporary folder and executed there, in a virtual
+environment pinned to a Colab runtime's package versions (requirements-colab.txt, installed by
+`make colab` into .venv/colab): ipywidgets 7, Colab's numpy and matplotlib, no Triton. A last
+cell added to the copy reports where attnbook and every other loaded module came from, and the
+test asserts that nothing was imported from the repository. A static check also rejects
+notebooks that name files of the repository. Outputs are executed, not compared (nbval compares
+them, twice, in the checkout with our own pins). `make test` runs this file in its own step.
 
-The same labs run a second time in a virtual environment pinned to a Colab runtime's package
-versions (requirements-colab.txt, installed by `make colab` into .venv/colab): ipywidgets 7,
-Colab's numpy and matplotlib, no Triton. Their outputs are executed, not compared.
+One run does both jobs: the labs used to run once from the wheel with our pins and once more
+with Colab's versions; the second run already imports attnbook from the wheel outside the
+repository, so the first added only time.
 """
 
 from __future__ import annotations
@@ -185,34 +189,6 @@ def _execute_all(site: Path, base: Path, python: Path = Path(sys.executable)) ->
         return dict(zip((p.name for p in NOTEBOOKS), pool.map(run_one, NOTEBOOKS)))
 
 
-@pytest.fixture(scope="session")
-def runs(wheel_site, tmp_path_factory) -> dict[str, dict]:
-    base = tmp_path_factory.mktemp("colab")
-    assert ROOT not in base.parents and base != ROOT
-    start = time.perf_counter()
-    results = _execute_all(wheel_site, base)
-    print(f"\n{len(results)} labs ran outside the repository in "
-          f"{time.perf_counter() - start:.0f} s: " + ", ".join(
-              f"{name} {r['seconds']:.0f} s" + (" (retried)" if r.get("retried") else "")
-              for name, r in results.items() if "seconds" in r))
-    return results
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
-def test_lab_runs_outside_the_repository(path, runs, wheel_site):
-    result = runs[path.name]
-    assert "error" not in result, f"{path.name} failed outside the repository: {result['error']}"
-    report = result["report"]
-    assert Path(report["attnbook"]).is_relative_to(wheel_site), (
-        f"attnbook came from {report['attnbook']}, not from the wheel")
-    assert Path(report["cwd"]) == result["workdir"]
-    venv = Path(sys.prefix).resolve()  # installed packages live in ROOT/.venv: those are fine
-    from_repo = [m for m in report["modules"]
-                 if Path(m).is_absolute() and Path(m).resolve().is_relative_to(ROOT)
-                 and not Path(m).resolve().is_relative_to(venv)]
-    assert not from_repo, f"modules imported from the repository: {from_repo}"
-
-
 # ---- The same labs under a Colab runtime's package versions ---------------------------------
 
 def _pins(path: Path) -> dict[str, str]:
@@ -259,7 +235,16 @@ def test_lab_runs_with_colab_versions(path, colab_runs, wheel_site):
     assert "error" not in result, (
         f"{path.name} failed with Colab's package versions: {result['error']}")
     report = result["report"]
-    assert Path(report["attnbook"]).is_relative_to(wheel_site)
+    assert Path(report["attnbook"]).is_relative_to(wheel_site), (
+        f"attnbook came from {report['attnbook']}, not from the wheel")
+    assert Path(report["cwd"]) == result["workdir"]
+    # Installed packages live under ROOT/.venv (the Colab environment is ROOT/.venv/colab):
+    # those are fine; anything else under the checkout is not.
+    venv = (ROOT / ".venv").resolve()
+    from_repo = [m for m in report["modules"]
+                 if Path(m).is_absolute() and Path(m).resolve().is_relative_to(ROOT)
+                 and not Path(m).resolve().is_relative_to(venv)]
+    assert not from_repo, f"modules imported from the repository: {from_repo}"
     assert report["versions"]["ipywidgets"].startswith("7."), report["versions"]
     # No Triton there (as on macOS, Windows and Colab's CPU runtime): kernel cells say so.
     ran = nbformat.read(result["workdir"] / path.name, as_version=4)
