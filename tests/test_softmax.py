@@ -34,6 +34,29 @@ def test_temperature_tiny_does_not_overflow():
     assert torch.isfinite(p).all() and p.tolist() == [0.0, 1.0]
 
 
+@pytest.mark.parametrize("scores, dtype", [([70.0, 1.0], torch.float16),
+                                           ([1e36, 1.0], torch.bfloat16),
+                                           ([1e36, 1.0], torch.float32)])
+def test_temperature_shifts_before_dividing(scores, dtype):
+    # s / tau alone overflows here (70 / 1e-3 > float16's 65504; 1e36 / 1e-3 > float32's
+    # and bfloat16's 3.4e38), so dividing first and shifting afterwards gives inf - inf = NaN.
+    s = torch.tensor(scores, dtype=dtype)
+    assert torch.isnan(stable_softmax(s / 1e-3)).all()
+    p = temperature_softmax(s, 1e-3)
+    assert p.dtype == dtype
+    assert p.tolist() == [1.0, 0.0]
+
+
+def test_temperature_half_is_computed_in_float32():
+    s = torch.randn(4, 9, dtype=torch.float64)
+    want = torch.softmax(s / 0.3, -1)
+    got = temperature_softmax(s.half(), 0.3)
+    assert got.dtype == torch.float16
+    # float32 arithmetic then one rounding to float16: within half an fp16 ulp of the exact
+    # value, which a float16 computation of exp and sum would not reliably be.
+    torch.testing.assert_close(got.double(), want.half().double(), atol=2e-3, rtol=0)
+
+
 @pytest.mark.parametrize("tau", [0.0, -1.0, float("nan")])
 def test_temperature_must_be_positive(tau):
     with pytest.raises(ValueError, match="temperature"):

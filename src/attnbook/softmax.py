@@ -88,7 +88,8 @@ def temperature_softmax(scores: torch.Tensor, temperature: float, dim: int = -1)
         dim: the dimension that sums to one.
 
     Returns:
-        Probabilities along ``dim``, computed stably (:func:`stable_softmax`).
+        Probabilities along ``dim``, same dtype as ``scores`` (float16/bfloat16 are computed
+        in float32). A slice that is all ``-inf`` gives NaN, as in :func:`stable_softmax`.
 
     Raises:
         ValueError: if ``temperature`` is not positive.
@@ -98,4 +99,11 @@ def temperature_softmax(scores: torch.Tensor, temperature: float, dim: int = -1)
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    return stable_softmax(scores / temperature, dim=dim)
+    out_dtype = scores.dtype
+    if out_dtype in _UPCAST:
+        scores = scores.float()
+    # Shift before dividing: s / tau itself overflows for a small tau (70 / 1e-3 > float16's
+    # 65504, 1e36 / 1e-3 > float32's 3.4e38), while (s - max s) / tau is <= 0 and at worst -inf.
+    shifted = scores - scores.amax(dim=dim, keepdim=True)  # largest entry becomes 0
+    e = (shifted / temperature).exp()
+    return (e / e.sum(dim=dim, keepdim=True)).to(out_dtype)
