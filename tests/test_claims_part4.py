@@ -82,7 +82,8 @@ def test_exercise_shapes_and_parameters():
 
 def test_split_is_a_view_and_merge_copies_only_on_the_explicit_path():
     """'Splitting is a change of view ... on the explicit path reshape copies ... on the fused
-    path (CPU) SDPA writes its output token-major, so the merge is a view.'"""
+    path SDPA's CPU kernel lays its output out like its query ... the same query made
+    contiguous gives a (B, h, T, d_h) output.'"""
     m = MultiHeadAttention(8, 6, n_heads=2)
     x = torch.randn(2, 6, 8)
     q = m.query(x)
@@ -97,11 +98,20 @@ def test_split_is_a_view_and_merge_copies_only_on_the_explicit_path():
     merged = m.merge_heads(explicit)
     assert merged.data_ptr() != explicit.data_ptr() and merged._base is None
     assert torch.equal(m.split_heads(merged), explicit)
-    # fused (CPU flash kernel): stored as (B, T, h, d_h), so the transpose back is contiguous
+    # fused (CPU flash kernel): the query is a (B, T, h, d_h)-ordered view and the output is
+    # stored the same way, so the transpose back is contiguous
     assert not fused.is_contiguous() and fused.transpose(1, 2).is_contiguous()
     merged = m.merge_heads(fused)
     assert merged.data_ptr() == fused.data_ptr() and merged._base is not None
     torch.testing.assert_close(merged, m.merge_heads(explicit))
+    # the output follows the query's layout, not a fixed token-major order: a contiguous
+    # (B, h, T, d_h) query gives a contiguous (B, h, T, d_h) output, which the merge copies
+    q, k, v = m.project_heads(x)
+    with torch.no_grad():
+        fused_c, _ = m.attend(q.contiguous(), k, v, fused=True)
+    assert fused_c.is_contiguous() and not fused_c.transpose(1, 2).is_contiguous()
+    assert m.merge_heads(fused_c)._base is None
+    torch.testing.assert_close(fused_c, fused)
 
 
 def test_nn_multihead_attention_conventions():
