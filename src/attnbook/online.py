@@ -10,6 +10,11 @@ block brings a larger maximum, the old sum and output are rescaled by ``exp(m_ol
 Masks follow attnbook's conventions: causal (key ``j > i`` blocked) and ``padding_mask`` True
 for real tokens (it masks keys). A query that sees no real key gets the zero vector, as in
 :class:`attnbook.Attention`; the naive recurrence would compute 0 / 0 = NaN there.
+
+Chapter 21 adds masks as functions: with a ``mask_mod`` (FlexAttention's signature, True = may
+attend) every tile is first classified with :func:`attnbook.masks.block_mask`. Empty tiles are
+skipped, partial ones are masked, full ones are computed without a mask; a ``score_mod``
+changes the scaled scores of every computed tile, and the backward applies its derivative.
 """
 
 from __future__ import annotations
@@ -18,7 +23,23 @@ import math
 
 import torch
 
+from .checks import check_whole_number
 from .fused import check_self_attention_lengths, repeat_kv
+from .masks import (
+    BLOCK_EMPTY,
+    BLOCK_FULL,
+    BLOCK_PARTIAL,
+    MaskMod,
+    ScoreMod,
+    and_mods,
+    block_mask,
+    causal_mod,
+    check_mask_mod,
+    check_score_mod,
+    mask_mod_values,
+    mod_indices,
+    padding_mod,
+)
 
 NEG_INF = float("-inf")
 
@@ -69,6 +90,10 @@ def tiled_attention(
     causal: bool = True,
     block_size: int = 256,
     recompute: bool = True,
+    mask_mod: MaskMod | None = None,
+    score_mod: ScoreMod | None = None,
+    skip_empty: bool = True,
+    stats: dict | None = None,
 ) -> torch.Tensor:
     """Attention computed one (query block, key block) tile at a time, never forming (T, T).
 
@@ -85,6 +110,22 @@ def tiled_attention(
         recompute: when gradients are needed, use the custom backward that recomputes each
             tile (memory linear in T for training too). ``False`` lets plain autograd record
             every tile, which gives the same gradients but keeps O(T²) memory alive.
+        mask_mod: ``mask_mod(b, h, q_idx, kv_idx) -> bool``, True = MAY attend (FlexAttention's
+            convention, see :mod:`attnbook.masks`), AND-ed with the causal mask (when
+            ``causal``) and the padding. Each tile is classified first: empty tiles are
+            skipped, partial tiles masked, full tiles computed without a mask. With a batch or
+            heads, a tile is skipped only where it is empty for every (b, h), and computed
+            without a mask only where it is full for every (b, h). None: today's loop.
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx) -> new score``, applied to the
+            scaled scores of every computed tile before the mask. The backward multiplies by
+            its derivative: ``score_mod.derivative`` when it has one (softcap, relative bias),
+            otherwise autograd on the tile. Tensors the score_mod captures get no gradient on
+            this path; a captured tensor that requires grad is refused (use recompute=False).
+        skip_empty: False computes (and masks) empty tiles too: the comparison for the
+            benchmark; the result is the same.
+        stats: a dict that receives the forward's tile counts: ``tiles`` (all of them),
+            ``computed``, ``skipped``, ``masked`` (computed with a mask) and ``full``
+            (computed without one). See also :func:`tiled_work`.
 
     Returns:
         The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding, in q's dtype
@@ -96,6 +137,8 @@ def tiled_attention(
         ValueError: if ``causal`` and T_q != T_k (the diagonal's alignment would be a guess),
             if k and v differ in length, if h is not a multiple of h_kv, or if
             ``padding_mask`` is not (B, T_k); the message names the shapes.
+        TypeError / ValueError: a mask_mod or score_mod of the wrong signature or result, or
+            a block_size that is not a positive int.
 
     Shape:
         q: (B, T_q, d) or (B, h, T_q, d_h); k, v: (B, T_k, d) or (B, h_kv, T_k, d_h) with
@@ -105,12 +148,96 @@ def tiled_attention(
         raise TypeError(f"q, k and v must share one dtype, got {q.dtype}, {k.dtype} and "
                         f"{v.dtype}; convert them with .to({q.dtype})")
     _check_shapes(q, k, v, padding_mask, causal)
+    block_size = check_whole_number("tiled_attention's block_size", block_size)
+    if score_mod is not None:
+        check_score_mod(score_mod)
     if q.dim() == 4 and k.size(1) != q.size(1):  # grouped-query: repeat K, V for each group
         k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))  # (B, h, T_k, d_h)
+    # Classify the tiles once; the forward and the backward both read the plan.
+    plan = tile_plan(q, k, padding_mask, causal, block_size, mask_mod, score_mod, skip_empty)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and recompute:
-        return TiledAttention.apply(q, k, v, padding_mask, causal, block_size)
-    return tiled_attention_forward(q, k, v, padding_mask, causal, block_size)[0]
+        if _captures_grad(score_mod):
+            raise ValueError("the score_mod captures a tensor that requires grad (a learned "
+                             "bias table?); the tiled backward gives gradients to q, k and v "
+                             "only: pass recompute=False to let autograd reach the tensor")
+        return TiledAttention.apply(q, k, v, padding_mask, causal, block_size, plan, stats)
+    return tiled_attention_forward(q, k, v, padding_mask, causal, block_size, plan=plan,
+                                   stats=stats)[0]
+
+
+class TilePlan:
+    """What the tiled loops need to know about a mask_mod: its tiles' kinds and the mask itself.
+
+    Attributes:
+        mask_mod: the mask_mod AND-ed with causal and padding (None: nothing is blocked).
+        score_mod: the score_mod, or None.
+        tiles: per (query block, key block), BLOCK_EMPTY / PARTIAL / FULL over all (b, h),
+            as nested lists (read once per tile, in Python).
+        kinds: the block mask's (B, h, n_m, n_n) kinds, per (b, h).
+    """
+
+    def __init__(self, mask_mod, score_mod, tiles, kinds):
+        self.mask_mod, self.score_mod, self.tiles, self.kinds = mask_mod, score_mod, tiles, kinds
+
+
+def tile_plan(q: torch.Tensor, k: torch.Tensor, padding_mask: torch.Tensor | None,
+              causal: bool, block_size: int, mask_mod: MaskMod | None = None,
+              score_mod: ScoreMod | None = None, skip_empty: bool = True) -> TilePlan | None:
+    """Classify the tiles of the combined mask (mask_mod, causal, padding); None without mods.
+
+    With neither a mask_mod nor a score_mod the loops keep their original rule (causal tiles
+    past the diagonal are never visited, the mask is built from indices), so this returns None.
+
+    Shape:
+        q: (B, T_q, d) or (B, h, T_q, d_h); k: (..., T_k, d); padding_mask: (B, T_k)
+    """
+    if mask_mod is None and score_mod is None:
+        return None
+    if mask_mod is not None:
+        check_mask_mod(mask_mod)
+    B, H = q.size(0), (q.size(1) if q.dim() == 4 else 1)
+    T_q, T_k = q.size(-2), k.size(-2)
+    parts = [m for m in (mask_mod, causal_mod if causal else None,
+                         padding_mod(padding_mask) if padding_mask is not None else None)
+             if m is not None]
+    combined = None if not parts else parts[0] if len(parts) == 1 else and_mods(*parts)
+    n_m, n_n = -(-T_q // block_size), -(-T_k // block_size)
+    if combined is None:
+        kinds = torch.full((1, 1, n_m, n_n), BLOCK_FULL, dtype=torch.int8)
+    else:
+        kinds = block_mask(combined, T_q, T_k, block_size, block_size, B, H, q.device).kinds
+    flat = kinds.flatten(0, 1)  # (B * h, n_m, n_n)
+    tiles = torch.where((flat == BLOCK_EMPTY).all(0), BLOCK_EMPTY,
+                        torch.where((flat == BLOCK_FULL).all(0), BLOCK_FULL, BLOCK_PARTIAL))
+    if not skip_empty:  # compute every tile, the mask applied wherever one entry is blocked
+        tiles = torch.where(tiles == BLOCK_EMPTY, BLOCK_PARTIAL, tiles)
+    return TilePlan(combined, score_mod, tiles.tolist(), kinds)
+
+
+def tiled_work(T_q: int, T_k: int, block_size: int, *, mask_mod: MaskMod | None = None,
+               padding_mask: torch.Tensor | None = None, causal: bool = True, B: int = 1,
+               h: int = 1, skip_empty: bool = True) -> dict:
+    """The tile counts :func:`tiled_attention` would report in ``stats``, without attending.
+
+    Returns:
+        {"tiles", "computed", "skipped", "masked", "full"}: tiles in the grid, tiles the
+        forward computes (with and without a mask) and skips. The backward visits the same.
+    """
+    block_size = check_whole_number("tiled_work's block_size", block_size)
+    q, k = torch.empty(B, h, T_q, 0), torch.empty(B, h, T_k, 0)  # shapes only: no features
+    plan = tile_plan(q, k, padding_mask, causal, block_size, mask_mod, None, skip_empty)
+    stats = _new_stats(T_q, T_k, block_size)
+    for a, i0 in enumerate(range(0, T_q, block_size)):
+        i1 = min(i0 + block_size, T_q)
+        for b, j0 in enumerate(range(0, i1 if causal and plan is None else T_k, block_size)):
+            if plan is None:
+                masked = (causal and min(j0 + block_size, T_k) - 1 > i0) \
+                    or padding_mask is not None
+                _count(stats, BLOCK_PARTIAL if masked else BLOCK_FULL)
+            else:
+                _count(stats, plan.tiles[a][b])
+    return stats
 
 
 def tiled_attention_forward(
@@ -122,6 +249,8 @@ def tiled_attention_forward(
     block_size: int,
     *,
     record: list | None = None,
+    plan: TilePlan | None = None,
+    stats: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The forward pass over tiles; also returns each row's log-sum-exp for the backward.
 
@@ -134,6 +263,10 @@ def tiled_attention_forward(
             the running ``m``, ``l`` and ``acc`` of its query block (``m`` is the maximum of
             the scaled scores). None (the default) records nothing. See
             :mod:`attnbook.tile_trace`.
+        plan: from :func:`tile_plan` for a mask_mod or score_mod: empty tiles are skipped,
+            partial ones masked by the plan's mask_mod, full ones left alone. None: the
+            causal / padding rule built from indices (the original loop).
+        stats: a dict that receives the tile counts (see :func:`tiled_attention`).
 
     Returns:
         ``out`` (q's dtype) and ``lse = m + log(l)`` (``-inf`` for a row with no visible key;
@@ -146,6 +279,8 @@ def tiled_attention_forward(
     acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs: cast once, at the end
     out = q.new_empty((*q.shape[:-1], v.size(-1)))  # (B, T_q, d_v), one query block at a time
     lse = q.new_empty((*q.shape[:-1], 1), dtype=acc_dtype)  # (B, T_q, 1)
+    if stats is not None:
+        stats.update(_new_stats(T_q, T_k, block_size))
     for i0 in range(0, T_q, block_size):
         i1 = min(i0 + block_size, T_q)
         # (B, b, d): scaling q once costs b*d, not b*b; upcast so every tile product and
@@ -154,14 +289,25 @@ def tiled_attention_forward(
         m = qi.new_full((*qi.shape[:-1], 1), NEG_INF)  # (B, b, 1) running maximum
         l = qi.new_zeros((*qi.shape[:-1], 1))  # (B, b, 1) running sum of exponentials
         acc = qi.new_zeros((*qi.shape[:-1], v.size(-1)))  # (B, b, d_v) unnormalised output
-        for j0 in range(0, i1 if causal else T_k, block_size):  # keys past i1 are in the future
+        # Keys past i1 are in the future; a plan marks those tiles empty itself.
+        for j0 in range(0, i1 if causal and plan is None else T_k, block_size):
             j1 = min(j0 + block_size, T_k)
+            kind = None if plan is None else plan.tiles[i0 // block_size][j0 // block_size]
+            if kind == BLOCK_EMPTY:  # nothing in the tile may attend: skip its work entirely
+                _count(stats, kind)
+                continue
             # Slices used inline, not kept in names: a live view of k or v would count as the
             # whole of k or v in the lab's LiveTensorBytes (the forward's peak memory).
             s = qi @ k[..., j0:j1, :].to(acc_dtype).transpose(-2, -1)  # (B, b, b) one tile
-            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
+            if plan is not None and plan.score_mod is not None:
+                s = _score_tile(plan.score_mod, s, i0, i1, j0, j1)  # (B, b, b) modified scores
+            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q, plan, kind)
+            _count(stats, BLOCK_FULL if blocked is None else BLOCK_PARTIAL)
             if blocked is not None:
-                s.masked_fill_(blocked, NEG_INF)  # in place: no second (B, b, b) tile
+                if plan is not None and plan.score_mod is not None:
+                    s = s.masked_fill(blocked, NEG_INF)  # the score_mod's graph may need s
+                else:
+                    s.masked_fill_(blocked, NEG_INF)  # in place: no second (B, b, b) tile
             m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, b, 1)
             shift = _finite(m_new)  # rows with no visible key so far: shift by 0, not -inf
             p = (s - shift).exp_()  # (B, b, b); exactly 0 where blocked
@@ -192,6 +338,7 @@ def tiled_attention_backward(
     block_size: int,
     *,
     record: list | None = None,
+    plan: TilePlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of tiled attention, recomputing each tile's weights from the saved ``lse``.
 
@@ -204,6 +351,11 @@ def tiled_attention_backward(
     per tile, in loop order (query blocks outside), with ``i0, i1, j0, j1`` and the tile's
     contributions ``dq`` (to rows i0..i1), ``dk`` and ``dv`` (to rows j0..j1), in the
     accumulation dtype. See :mod:`attnbook.tile_trace`.
+
+    With a ``plan`` (:func:`tile_plan`) the backward visits the forward's tiles: empty ones
+    are skipped, partial ones masked. A score_mod ``s' = f(s)`` changes the scores the softmax
+    sees, so ``p = exp(f(s) - lse)`` and the chain rule adds one factor:
+    ``dS = p * (dout Vᵀ - D) * f'(s)`` (for softcapping ``f'(s) = 1 - tanh²(s / cap)``).
 
     Shape:
         dout, out: (..., T_q, d_v); q: (..., T_q, d); k: (..., T_k, d); v: (..., T_k, d_v);
@@ -225,16 +377,23 @@ def tiled_attention_backward(
         i1 = min(i0 + block_size, T_q)
         qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
         shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
-        for j0 in range(0, i1 if causal else T_k, block_size):
+        for j0 in range(0, i1 if causal and plan is None else T_k, block_size):
             j1 = min(j0 + block_size, T_k)
+            kind = None if plan is None else plan.tiles[i0 // block_size][j0 // block_size]
+            if kind == BLOCK_EMPTY:  # the forward skipped it: all its weights are 0
+                continue
             kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
             s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
-            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
+            score_mod = None if plan is None else plan.score_mod
+            s_mod = s if score_mod is None else _score_tile(score_mod, s, i0, i1, j0, j1)
+            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q, plan, kind)
             if blocked is not None:
-                s = s.masked_fill(blocked, NEG_INF)
-            p = torch.exp(s - shift)  # (B, b, b) the tile of attention weights
+                s_mod = s_mod.masked_fill(blocked, NEG_INF)
+            p = torch.exp(s_mod - shift)  # (B, b, b) the tile of attention weights
             dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
             ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
+            if score_mod is not None:  # chain rule through s' = f(s): dS = dS' * f'(s)
+                ds = _score_mod_vjp(score_mod, s, ds, i0, i1, j0, j1)
             dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
             dv[..., j0:j1, :] += dv_tile
             dq[..., i0:i1, :] += dq_tile
@@ -250,18 +409,19 @@ class TiledAttention(torch.autograd.Function):
     """Tiled attention with a backward that recomputes tiles: training memory linear in T."""
 
     @staticmethod
-    def forward(ctx, q, k, v, padding_mask, causal, block_size):
-        out, lse = tiled_attention_forward(q, k, v, padding_mask, causal, block_size)
+    def forward(ctx, q, k, v, padding_mask, causal, block_size, plan=None, stats=None):
+        out, lse = tiled_attention_forward(q, k, v, padding_mask, causal, block_size,
+                                           plan=plan, stats=stats)
         ctx.save_for_backward(q, k, v, out, lse, padding_mask)  # O(T) each: no (T, T) tensor
-        ctx.causal, ctx.block_size = causal, block_size
+        ctx.causal, ctx.block_size, ctx.plan = causal, block_size, plan
         return out
 
     @staticmethod
     def backward(ctx, dout):
         q, k, v, out, lse, padding_mask = ctx.saved_tensors
         dq, dk, dv = tiled_attention_backward(dout, q, k, v, out, lse, padding_mask,
-                                              ctx.causal, ctx.block_size)
-        return dq, dk, dv, None, None, None
+                                              ctx.causal, ctx.block_size, plan=ctx.plan)
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -291,8 +451,15 @@ def _finite(m: torch.Tensor) -> torch.Tensor:
 
 
 def _tile_blocked(i0: int, i1: int, j0: int, j1: int, padding_mask: torch.Tensor | None,
-                  causal: bool, q: torch.Tensor) -> torch.Tensor | None:
+                  causal: bool, q: torch.Tensor, plan: TilePlan | None = None,
+                  kind: int | None = None) -> torch.Tensor | None:
     """True where query i0..i1 may not see key j0..j1 in one tile; None if nothing is blocked."""
+    if plan is not None:  # the plan's combined mask_mod, evaluated on partial tiles only
+        if kind == BLOCK_FULL or plan.mask_mod is None:
+            return None
+        B, H = q.size(0), (q.size(1) if q.dim() == 4 else 1)
+        allowed = mask_mod_values(plan.mask_mod, *mod_indices(B, H, i0, i1, j0, j1, q.device))
+        return ~(allowed if q.dim() == 4 else allowed[:, 0])  # (B, h, b, b) or (B, b, b)
     blocked = None
     if causal and j1 - 1 > i0:  # only tiles that cross the diagonal hold future keys
         i = torch.arange(i0, i1, device=q.device)[:, None]
@@ -303,3 +470,61 @@ def _tile_blocked(i0: int, i1: int, j0: int, j1: int, padding_mask: torch.Tensor
         pad = pad.view(pad.size(0), *([1] * (q.dim() - 2)), j1 - j0)  # (B, 1, b) or (B, 1, 1, b)
         blocked = pad if blocked is None else blocked | pad
     return blocked
+
+
+def _score_tile(score_mod: ScoreMod, s: torch.Tensor, i0: int, i1: int, j0: int,
+                j1: int) -> torch.Tensor:
+    """The score_mod applied to one tile of scaled scores, with the tile's absolute indices."""
+    three_d = s.dim() == 3
+    s4 = s[:, None] if three_d else s  # (B, h, b, b): one head axis for the indices
+    out = score_mod(s4, *mod_indices(s4.size(0), s4.size(1), i0, i1, j0, j1, s.device))
+    if not isinstance(out, torch.Tensor) or not out.is_floating_point():
+        raise TypeError(f"a score_mod must return a float tensor (the new scores), got "
+                        f"{out.dtype if isinstance(out, torch.Tensor) else type(out).__name__}")
+    try:
+        out = out.to(s.dtype).broadcast_to(s4.shape)
+    except RuntimeError as err:
+        raise ValueError(f"the score_mod returned shape {tuple(out.shape)}, which does not "
+                         f"broadcast to the tile's {tuple(s4.shape)}") from err
+    return out[:, 0] if three_d else out
+
+
+def _score_mod_vjp(score_mod: ScoreMod, s: torch.Tensor, ds_mod: torch.Tensor, i0: int, i1: int,
+                   j0: int, j1: int) -> torch.Tensor:
+    """dL/ds from dL/ds' for s' = score_mod(s): the derivative if given, else autograd."""
+    derivative = getattr(score_mod, "derivative", None)
+    if derivative is not None:
+        deriv = _score_tile(derivative, s, i0, i1, j0, j1)  # (B, b, b) f'(s), elementwise
+        return ds_mod * deriv
+    with torch.enable_grad():  # backward runs with grad off; the tile's local graph needs it
+        s_leaf = s.detach().requires_grad_(True)
+        (ds,) = torch.autograd.grad(_score_tile(score_mod, s_leaf, i0, i1, j0, j1), s_leaf,
+                                    grad_outputs=ds_mod)
+    return ds
+
+
+def _captures_grad(fn) -> bool:
+    """Whether a function's closure holds a tensor that requires grad (a learned table)."""
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        if isinstance(value, torch.Tensor) and value.requires_grad:
+            return True
+    return False
+
+
+def _new_stats(T_q: int, T_k: int, block_size: int) -> dict:
+    """Zeroed tile counts for a grid of ceil(T_q / b) × ceil(T_k / b) tiles."""
+    tiles = -(-T_q // block_size) * -(-T_k // block_size)
+    return {"tiles": tiles, "computed": 0, "skipped": tiles, "masked": 0, "full": 0}
+
+
+def _count(stats: dict | None, kind: int) -> None:
+    """Count one visited tile: skipped (empty) or computed with a mask (partial) or without."""
+    if stats is None or kind == BLOCK_EMPTY:
+        return  # every tile starts as skipped: only computed ones move
+    stats["computed"] += 1
+    stats["skipped"] -= 1
+    stats["masked" if kind == BLOCK_PARTIAL else "full"] += 1
