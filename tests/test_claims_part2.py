@@ -194,3 +194,24 @@ def test_masked_softmax_computes_half_precision_in_float32():
     p = masked_softmax(s, torch.zeros(1, 1, 3, dtype=torch.bool))
     assert p.dtype == torch.float16 and p.isfinite().all()
     torch.testing.assert_close(p.float(), torch.softmax(s.float(), -1), atol=1e-3, rtol=0)
+
+
+def test_fig_pad_nan_rows_agree_up_to_rounding():
+    """Fig. 5.2: 'Every other row agrees with the seed's up to rounding (about 3e-8)'."""
+    torch.manual_seed(0)
+    T = 5
+    pm = torch.tensor([False, False, True, True, True])  # two left padding tokens
+    x = torch.randn(1, T, 8)
+    seed = SeedAttention(8, 8)
+    ours = Attention(8, 8)
+    ours.load_state_dict(seed.state_dict())
+    with torch.no_grad():
+        q, k = seed.query(x), seed.key(x)
+        s = (q @ k.transpose(-2, -1)) / 8**0.5
+        s = s.masked_fill(seed.mask[:T, :T], float("-inf"))
+        w_seed = torch.softmax(s.masked_fill(~pm[None, None, :], float("-inf")), dim=-1)[0]
+        _, w_ours = ours(x, pm[None], return_weights=True)
+    real = ~torch.isnan(w_seed).any(-1)
+    assert real.tolist() == [False, False, True, True, True]
+    assert (w_ours[0][~real] == 0).all()
+    assert (w_seed[real] - w_ours[0][real]).abs().max() < 1e-6
