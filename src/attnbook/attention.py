@@ -7,7 +7,7 @@ from torch import nn
 
 from .checks import check_input, check_padding_mask
 from .fused import fused_attention, repeat_kv
-from .masks import blocked_positions, causal_mask
+from .masks import blocked_positions, causal_mask, materialize
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
@@ -82,6 +82,7 @@ class Attention(nn.Module):
         x: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
         *,
+        mask_mod=None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from every token to the real tokens at or before it.
@@ -92,6 +93,9 @@ class Attention(nn.Module):
         Args:
             x: token vectors.
             padding_mask: True for real tokens, False for padding; None if all are real.
+            mask_mod: a mask function ``mask_mod(b, h, q_idx, kv_idx)``, True = MAY attend
+                (FlexAttention's convention, chapter 21), materialised and AND-ed with the
+                causal buffer and the padding; it takes the explicit steps. None: as before.
             return_weights: also return the attention weights (for plots and checks).
 
         Returns:
@@ -110,7 +114,8 @@ class Attention(nn.Module):
         v = self.value(x)  # (B, T, d)
         # The fused kernel never forms the weights: asking for them takes the explicit path.
         fused = self.fused and not return_weights
-        out, weights = self.attend(q, k, v, padding_mask, fused=fused)  # (B, T, d), (B, T, T)
+        out, weights = self.attend(q, k, v, padding_mask, fused=fused,
+                                   mask_mod=mask_mod)  # (B, T, d), (B, T, T)
         return (out, weights) if return_weights else out
 
     def project_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -133,6 +138,7 @@ class Attention(nn.Module):
         padding_mask: torch.Tensor | None = None,
         *,
         fused: bool | None = None,
+        mask_mod=None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Steps 2 to 6: score, scale, mask, softmax, weighted sum.
 
@@ -143,6 +149,8 @@ class Attention(nn.Module):
             q, k, v: queries, keys and values, already projected.
             padding_mask: True for real tokens, False for padding; None if all are real.
             fused: run the fused kernel instead of the explicit steps (default: ``self.fused``).
+            mask_mod: True = may attend, AND-ed with the causal buffer and the padding (see
+                :meth:`forward`); a mask_mod always takes the explicit steps.
 
         Returns:
             The outputs and the attention weights; the weights are None on the fused path.
@@ -151,7 +159,7 @@ class Attention(nn.Module):
             q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T)
             -> (B, T, d) or (B, h, T, d_h), and weights (B, T, T) or (B, h, T, T)
         """
-        if self.fused if fused is None else fused:
+        if (self.fused if fused is None else fused) and mask_mod is None:
             return fused_attention(q, k, v, padding_mask), None  # Part III: one fused call
         T = q.size(-2)
         if q.dim() == 4 and k.size(1) != q.size(1):  # grouped-query attention (chapter 13)
@@ -163,6 +171,10 @@ class Attention(nn.Module):
         blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)
         if padding_mask is not None and scores.dim() == 4:
             blocked = blocked[:, None]  # (B, 1, T, T): every head sees the same padding
+        if mask_mod is not None:  # chapter 21: the mask as a function, True = may attend
+            h = q.size(1) if q.dim() == 4 else 1
+            allowed = materialize(mask_mod, T, T, q.size(0), h, q.device)  # (B, h, T, T)
+            blocked = blocked | ~(allowed if scores.dim() == 4 else allowed[:, 0])
         # Half inputs give float32 scores and weights; the weights meet v in v's dtype.
         weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)
         out = weighted_sum(weights, v)  # (B, T, d)
