@@ -10,11 +10,28 @@ from .fused import fused_attention
 from .gpu import flash_attention, flash_decoding  # Triton loads on first use, not here
 from .kv_cache import KVCache, cached_attention, generate
 from .masks import (
+    BLOCK_EMPTY,
+    BLOCK_FULL,
+    BLOCK_PARTIAL,
+    BlockMask,
+    and_mods,
+    block_mask,
     blocked_positions,
     causal_mask,
+    causal_mod,
+    document_mod,
     from_additive_mask,
     from_key_padding_mask,
     from_sdpa_mask,
+    materialize,
+    not_mod,
+    or_mods,
+    padding_mod,
+    prefix_mod,
+    relative_bias_mod,
+    sink_mod,
+    sliding_window_mod,
+    softcap_mod,
     to_additive_mask,
     to_key_padding_mask,
     to_mha_attn_mask,
@@ -23,7 +40,8 @@ from .masks import (
 )
 from .model import TinyConfig, TinyModel
 from .multihead import MultiHeadAttention
-from .online import online_softmax, tiled_attention
+from .online import online_softmax, tiled_attention, tiled_work
+from .packing import Packed, pack, pad, unpack
 from .ring import ring_attention
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax, softmax_jacobian, stable_softmax, temperature_softmax
@@ -46,6 +64,28 @@ __all__ = [
     "online_softmax",
     "ring_attention",
     "tiled_attention",
+    "tiled_work",
+    "BLOCK_EMPTY",
+    "BLOCK_FULL",
+    "BLOCK_PARTIAL",
+    "BlockMask",
+    "Packed",
+    "and_mods",
+    "block_mask",
+    "causal_mod",
+    "document_mod",
+    "materialize",
+    "not_mod",
+    "or_mods",
+    "pack",
+    "pad",
+    "padding_mod",
+    "prefix_mod",
+    "relative_bias_mod",
+    "sink_mod",
+    "sliding_window_mod",
+    "softcap_mod",
+    "unpack",
     "MultiHeadAttention",
     "TinyConfig",
     "TinyModel",
