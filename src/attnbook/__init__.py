@@ -41,6 +41,7 @@ from .masks import (
 from .model import TinyConfig, TinyModel
 from .multihead import MultiHeadAttention
 from .online import online_softmax, tiled_attention, tiled_work
+from .positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_table
 from .packing import Packed, pack, pad, unpack
 from .ring import ring_attention
 from .scores import attention_scores, scale_scores
@@ -53,6 +54,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "IGNORE",
+    "alibi_bias",
+    "alibi_slopes",
+    "apply_rope",
+    "sinusoidal_table",
     "Attention",
     "FirstHead",
     "KVCache",

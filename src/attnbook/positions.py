@@ -1,0 +1,324 @@
+"""Where order enters attention: rotary positions (RoPE), ALiBi and the sinusoidal table.
+
+Attention treats its keys as a set: permute the tokens and every output is permuted with them
+(chapter 14). A model tells it the order in one of three places:
+
+* in the input, once: a learned table (chapter 14) or the fixed sinusoidal table of Vaswani et
+  al. (2017), added to the token vectors (:func:`sinusoidal_table`);
+* in q and k, in every layer: RoPE (Su et al., 2021, RoFormer) turns each pair of features of
+  the query at position m by the angle m·θ_c and of the key at position n by n·θ_c, so their
+  dot product depends on the positions only through m - n (:func:`apply_rope`);
+* in the scores, in every layer: ALiBi (Press et al., 2022) adds -m_h·(i - j) to the score of
+  query i and key j, one slope m_h per head (:func:`alibi_slopes`, :func:`alibi_bias`).
+
+Two memory layouts of RoPE's pairs are in use and give the same model only under a fixed
+permutation of the features (:func:`layout_permutation`): ``"interleaved"`` pairs features
+(2c, 2c + 1) (RoFormer, GPT-J); ``"half"`` pairs (c, c + d_h/2) with ``rotate_half`` (GPT-NeoX,
+the Llama family as commonly distributed).
+
+Shape legend: B batch, h heads, T tokens, d_h head width.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+POSITION_SCHEMES = ("none", "learned", "sinusoidal", "rope", "alibi")
+"""The position schemes of :class:`attnbook.TinyConfig`: ``"learned"`` and ``"sinusoidal"``
+are added to the token vectors; ``"rope"`` and ``"alibi"`` act inside every attention layer."""
+
+ROPE_LAYOUTS = ("half", "interleaved")
+SCALINGS = ("interpolation", "ntk")
+
+
+def _check_d_h(d_h, what: str = "d_h") -> None:
+    if isinstance(d_h, bool) or not isinstance(d_h, int) or d_h < 2 or d_h % 2:
+        raise ValueError(f"RoPE turns pairs of features, so {what} must be a positive even "
+                         f"integer, got {d_h!r}")
+
+
+def _check_layout(layout) -> None:
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout must be one of {ROPE_LAYOUTS} ('half': pairs (c, c + d_h/2), "
+                         f"GPT-NeoX and Llama; 'interleaved': pairs (2c, 2c + 1), RoFormer and "
+                         f"GPT-J), got {layout!r}")
+
+
+def check_scaling(scaling) -> None:
+    """ValueError unless ``scaling`` is None, ("interpolation", s) or ("ntk", s) with s > 0."""
+    if scaling is None:
+        return
+    ok = (isinstance(scaling, (tuple, list)) and len(scaling) == 2 and scaling[0] in SCALINGS
+          and isinstance(scaling[1], (int, float)) and not isinstance(scaling[1], bool)
+          and math.isfinite(scaling[1]) and scaling[1] > 0)
+    if not ok:
+        raise ValueError(f"scaling must be None, ('interpolation', s) or ('ntk', s) with a "
+                         f"factor s > 0, got {scaling!r}")
+
+
+def rope_frequencies(d_h: int, base: float = 10000.0,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """RoPE's angular frequencies θ_c = base ** (-2c / d_h), c = 0 .. d_h/2 - 1.
+
+    Pair 0 turns by one radian per position; later pairs turn ever more slowly.
+
+    Args:
+        d_h: head width (even).
+        base: the base of the geometric sequence (10000 in RoFormer and Llama 1/2).
+        dtype: dtype of the result (computed in float64, then converted).
+
+    Returns:
+        The frequencies, largest first.
+
+    Shape:
+        () -> (d_h / 2,)
+    """
+    _check_d_h(d_h)
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 0 \
+            or not math.isfinite(base):
+        raise ValueError(f"base must be a positive finite number, got {base!r}")
+    c = torch.arange(d_h // 2, dtype=torch.float64)  # (d_h/2,)
+    return (float(base) ** (-2.0 * c / d_h)).to(dtype)
+
+
+def check_positions(positions, x: torch.Tensor) -> torch.Tensor:
+    """Refuse positions that are not integers of shape (T,) or (B, T) for ``x`` (..., T, d_h).
+
+    Returns the positions on ``x``'s device, shaped to broadcast against (..., T, 1).
+    """
+    T = x.size(-2)
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be an integer torch.Tensor of shape (T,) or (B, T), "
+                        f"got {type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be integers (token indices), got dtype "
+                        f"{positions.dtype}; convert with positions.long()")
+    if positions.dim() == 1:
+        if positions.size(0) != T:
+            raise ValueError(f"positions of shape (T,) must have T = {T} entries (x has shape "
+                             f"{tuple(x.shape)}, T = x.size(-2)), got {tuple(positions.shape)}")
+        return positions.to(x.device)[:, None]  # (T, 1)
+    if positions.dim() == 2:
+        B = positions.size(0)
+        if x.dim() not in (3, 4) or positions.size(1) != T or B not in (1, x.size(0)):
+            raise ValueError(f"positions of shape (B, T) need x of shape (B, T, d_h) or "
+                             f"(B, h, T, d_h) with the same B and T, got positions "
+                             f"{tuple(positions.shape)} for x {tuple(x.shape)}")
+        p = positions.to(x.device)[:, :, None]  # (B, T, 1)
+        return p[:, None] if x.dim() == 4 else p  # (B, 1, T, 1): every head the same
+    raise ValueError(f"positions must have shape (T,) or (B, T), got {tuple(positions.shape)}")
+
+
+def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
+               layout: str = "half", *, scaling=None) -> torch.Tensor:
+    """Rotate each pair of features of the token at position p by the angle p·θ_c (RoPE).
+
+    Applied to queries and keys (never values): the score of query m and key n then depends on
+    the positions only through n - m, since <R_m q, R_n k> = <q, R_(n-m) k>. A rotation keeps
+    every vector's length, so the scores' scale (chapter 3) is unchanged.
+
+    Args:
+        x: queries or keys, head width d_h even.
+        positions: integer position of each token.
+        base: RoPE's base (:func:`rope_frequencies`).
+        layout: ``"half"`` pairs features (c, c + d_h/2); ``"interleaved"`` pairs (2c, 2c + 1).
+        scaling: for sequences longer than the training length. None; ``("interpolation", s)``
+            divides the positions by s (Chen et al., 2023); ``("ntk", s)`` multiplies the base by
+            s ** (d_h / (d_h - 2)) ("NTK-aware" scaling; d_h = 2 has no base to scale).
+
+    Returns:
+        The rotated x, in x's dtype. The angles are computed in float32, or float64 when x is
+        float64 (half inputs are rotated in float32 and converted back).
+
+    Raises:
+        ValueError: for an odd d_h, positions of the wrong shape, an unknown layout or scaling.
+        TypeError: for positions that are not integers or x that is not floating point.
+
+    Shape:
+        x: (..., T, d_h); positions: (T,), or (B, T) with x (B, T, d_h) or (B, h, T, d_h)
+        -> same as x
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x must be a floating-point tensor (..., T, d_h), got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    if x.dim() < 2:
+        raise ValueError(f"x must have shape (..., T, d_h), got {tuple(x.shape)}")
+    d_h = x.size(-1)
+    _check_d_h(d_h, what=f"d_h (x.size(-1), x has shape {tuple(x.shape)})")
+    _check_layout(layout)
+    check_scaling(scaling)
+    pos = check_positions(positions, x)  # (T, 1), (B, T, 1) or (B, 1, T, 1)
+    dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    pos = pos.to(dt)
+    if scaling is not None and scaling[0] == "ntk" and d_h > 2:
+        base = base * float(scaling[1]) ** (d_h / (d_h - 2))
+    if scaling is not None and scaling[0] == "interpolation":
+        pos = pos / float(scaling[1])
+    theta = rope_frequencies(d_h, base, dtype=dt).to(x.device)  # (d_h/2,)
+    angle = pos * theta  # (..., T, d_h/2)
+    cos, sin = angle.cos(), angle.sin()
+    xf = x.to(dt)
+    if layout == "half":
+        a, b = xf[..., : d_h // 2], xf[..., d_h // 2:]  # pair c: (c, c + d_h/2)
+        out = torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+    else:
+        a, b = xf[..., 0::2], xf[..., 1::2]  # pair c: (2c, 2c + 1)
+        out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+    return out.to(x.dtype)
+
+
+def layout_permutation(d_h: int) -> torch.Tensor:
+    """The feature permutation from the interleaved layout to the half layout.
+
+    ``x_half = x_interleaved[..., perm]`` puts pair c's features (2c, 2c + 1) at (c, c + d_h/2);
+    ``torch.argsort(perm)`` goes back. Permuting the rows of W_q and W_k this way converts a
+    checkpoint between the layouts (loading one without it silently breaks the model).
+
+    Shape:
+        () -> (d_h,) long
+    """
+    _check_d_h(d_h)
+    return torch.cat([torch.arange(0, d_h, 2), torch.arange(1, d_h, 2)])
+
+
+def alibi_slopes(h: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """ALiBi's per-head slopes m_1 .. m_h (Press et al., 2022).
+
+    For h a power of two: the geometric sequence 2 ** (-8 i / h), i = 1 .. h (h = 8 gives
+    1/2, 1/4, .., 1/256). For other h, the paper's rule: the slopes of the nearest smaller power
+    of two n, followed by every other slope of 2n (its odd-numbered ones) until h are taken.
+
+    Args:
+        h: number of heads (at least 1; one head gets 2 ** -8).
+        dtype: dtype of the result.
+
+    Returns:
+        The slopes, one per head.
+
+    Shape:
+        () -> (h,)
+    """
+    if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+        raise ValueError(f"h (number of heads) must be an integer >= 1, got {h!r}")
+    return torch.tensor(_slopes(h), dtype=dtype)
+
+
+def _slopes(h: int) -> list[float]:
+    if h & (h - 1) == 0:  # a power of two
+        return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
+    n = 2 ** math.floor(math.log2(h))
+    return _slopes(n) + _slopes(2 * n)[0::2][: h - n]
+
+
+def alibi_bias(h: int, T_q: int, T_k: int, offset: int = 0, *, slopes: torch.Tensor | None = None,
+               dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """ALiBi's additive bias -m_h · (i + offset - j) for query i and key j, every head.
+
+    Zero on the (shifted) diagonal, more negative the further back the key. Entries above the
+    causal diagonal follow the same linear formula; the causal mask removes them.
+
+    Args:
+        h: number of heads.
+        T_q, T_k: number of queries and keys.
+        offset: position of query 0 minus position of key 0 (T_k - T_q for new queries
+            against cached keys).
+        slopes: the slopes (default :func:`alibi_slopes` ``(h)``).
+        dtype, device: of the result.
+
+    Returns:
+        The bias, added to the scaled scores before masking.
+
+    Shape:
+        () -> (h, T_q, T_k)
+    """
+    m = alibi_slopes(h, torch.float64) if slopes is None else slopes.to(torch.float64).cpu()
+    q_pos = torch.arange(T_q) + offset
+    return alibi_bias_from_positions(m, q_pos, torch.arange(T_k)).to(dtype=dtype, device=device)
+
+
+def alibi_bias_from_positions(slopes: torch.Tensor, q_positions: torch.Tensor,
+                              k_positions: torch.Tensor) -> torch.Tensor:
+    """-m_h · (p_i - p_j) for queries at positions p_i and keys at p_j, in ``slopes``' dtype.
+
+    Shape:
+        slopes (h,); q_positions (T_q,) or (B, T_q); k_positions (T_k,) or (B, T_k)
+        -> (h, T_q, T_k) or (B, h, T_q, T_k)
+    """
+    rel = q_positions[..., :, None] - k_positions[..., None, :]  # (T_q, T_k) or (B, T_q, T_k)
+    rel = rel.to(device=slopes.device, dtype=slopes.dtype)
+    return -slopes[:, None, None] * rel[..., None, :, :]  # (h, ...) or (B, h, T_q, T_k)
+
+
+def alibi_score_mod(slopes: torch.Tensor) -> Callable:
+    """ALiBi as a score_mod with FlexAttention's signature: score - m_h · (q_idx - kv_idx).
+
+    Args:
+        slopes: one slope per head (:func:`alibi_slopes`).
+
+    Returns:
+        ``score_mod(score, b, h, q_idx, kv_idx)``; its arguments are broadcastable tensors,
+        ``score`` already scaled by 1/sqrt(d_h).
+
+    Shape:
+        slopes: (h,); score_mod: broadcast shapes -> the broadcast shape
+    """
+    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1:
+        raise ValueError(f"slopes must be a 1-D tensor, one slope per head (alibi_slopes(h)), "
+                         f"got {getattr(slopes, 'shape', slopes)!r}")
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        m = slopes.to(device=score.device, dtype=score.dtype)[h]
+        return score - m * (q_idx - kv_idx).to(score.dtype)
+
+    return score_mod
+
+
+def sinusoidal_table(T: int, d: int, base: float = 10000.0,
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The fixed position table of Vaswani et al. (2017), added to the token vectors.
+
+    Row p: feature 2i is sin(p / base ** (2i / d)), feature 2i + 1 is cos(p / base ** (2i / d)).
+
+    Args:
+        T: number of positions (rows).
+        d: model width (columns); an odd d ends with a sine feature.
+        base: 10000 in the paper.
+        dtype: of the result (computed in float64).
+
+    Returns:
+        One vector per position.
+
+    Shape:
+        () -> (T, d)
+    """
+    for name, value, low in (("T", T, 0), ("d", d, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    p = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
+    i2 = torch.arange(0, d, 2, dtype=torch.float64)  # (ceil(d/2),) the 2i of each pair
+    angle = p / float(base) ** (i2 / d)  # (T, ceil(d/2))
+    table = torch.zeros(T, d, dtype=torch.float64)
+    table[:, 0::2] = angle.sin()
+    table[:, 1::2] = angle.cos()[:, : d // 2]
+    return table.to(dtype)
+
+
+def default_positions(T: int, padding_mask: torch.Tensor | None = None,
+                      device=None) -> torch.Tensor:
+    """The positions the library gives tokens when none are passed.
+
+    Without padding: 0 .. T - 1. With a padding mask, positions skip the pads: a real token's
+    position is the number of real tokens before it (``cumsum(padding_mask) - 1``; pads get
+    the position of the last real token before them, 0 before the first). A left-padded
+    sequence then gets the positions it has unpadded, which also holds for absolute schemes,
+    and the KV cache numbers new tokens the same way (:mod:`attnbook.kv_cache`).
+
+    Shape:
+        padding_mask: (B, T) or None -> (B, T) or (T,) long
+    """
+    if padding_mask is None:
+        return torch.arange(T, device=device)
+    return (padding_mask.long().cumsum(dim=-1) - 1).clamp(min=0)  # (B, T)
