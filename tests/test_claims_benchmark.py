@@ -103,3 +103,36 @@ def test_chapter10_does_not_claim_a_direction_for_the_benchmark_ratios():
 @pytest.mark.parametrize("title", ["Time, fwd ", "Time, fwd+bwd ", "Peak memory", "Targets"])
 def test_the_parser_finds_every_table(title):
     assert len(_table(title)) >= 5
+
+
+def test_chapter10_online_memory_facts():
+    """§10 'Measured': the online peak stays within a few MiB of the fused kernel's; its slope
+    between the two largest T is below 1; under plain autograd it grows with a slope close to 2."""
+    fwd = [r for r in _table("Peak memory") if r["mode"] == "fwd"]
+    assert all(abs(float(r["online"]) - float(r["fused"])) < 5 for r in fwd)
+    (t1, a), (t2, b) = [(int(r["T"]), float(r["online"])) for r in fwd[-2:]]
+    assert math.log(b / a) / math.log(t2 / t1) < 1
+    bwd = [r for r in _table("Peak memory") if r["mode"] == "fwd+bwd"]
+    (t1, a), (t2, b) = [(int(r["T"]), float(r["online_autograd"])) for r in bwd[-2:]]
+    assert 1.5 < math.log(b / a) / math.log(t2 / t1) < 2.5
+    page = _page("10_online_softmax.md")
+    assert "slope between the two largest $T$ is therefore below 1" in page
+
+
+def test_chapter12_second_thread_helps_recomputing_only():
+    """§12 'Measured': 'a second thread made no cached generation faster ... while recomputing
+    ... did get faster; so the cache's advantage is larger on one thread than on two'."""
+    text = RESULTS.read_text(encoding="utf-8")
+    line = next(line for line in text.splitlines() if line.startswith("Time on 2 threads"))
+    cache_part, rerun_part = line.split("; recomputing", 1)
+    rerun_part = rerun_part.split(". ", 1)[0]
+    cache = [float(x) for x in re.findall(r"([\d.]+)×", cache_part)]
+    rerun = [float(x) for x in re.findall(r"([\d.]+)×", rerun_part)]
+    assert len(cache) == len(rerun) == 3
+    assert min(cache) >= 1 and max(rerun) < 1
+    rows = _table("KV cache")
+    for gen in {r["generator"] for r in rows}:
+        one, two = (float(r["speed-up"].rstrip("×")) for t in ("1", "2")
+                    for r in rows if r["generator"] == gen and r["threads"] == t)
+        assert one > two, gen
+    assert "a second thread made no cached generation faster" in _page("12_kv_cache.md")
