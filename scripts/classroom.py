@@ -20,6 +20,12 @@ cell made by ``scripts/nbtools.py``'s ``solution()`` (first line ``# @title Solu
 
 Grading for marks on the instructor's machine is scripts/grade.py (no zip needed).
 
+Every edition is stamped (metadata ``attnbook``: lab, content id of its exercises, attnbook
+version and commit) and its setup cell installs that commit (or its tag), not the branch.
+``--release NAME`` (``make classroom RELEASE=NAME``) also freezes the term's editions and their
+checks in scripts/grading/releases/NAME, so the grader grades that term's hand-ins with them
+after the labs change (scripts/grading/editions.py).
+
 The cell where an exercise is complete (the exercise cell in the student edition, its solution
 in the instructor edition) carries Otter's cell metadata ``{"otter": {"tests": [name]}}``, so
 Otter grades the exercise right after that cell runs (the labs reuse the name ``answer``). The
@@ -195,6 +201,23 @@ STUDENT_NOTE = (
     "this notebook (`.ipynb`); do not change the given inputs or the checks.")
 
 
+def method_limits(exercises: list[Exercise]) -> str:
+    """The student note's paragraph on what each function may not use (the grade's rules)."""
+    lines = []
+    for ex in exercises:
+        spec = _spec(ex) if ex.function else None
+        if spec is not None and spec.forbidden:
+            names = ", ".join(f"`{n}`" for n in spec.forbidden)
+            lines.append(f"- `{ex.function}` may not use {names}.")
+    if not lines:
+        return ""
+    return ("\n\n**Method limits.** An exercise that asks you to compute something yourself "
+            "scores nothing if the function calls a ready-made version of it, and the check "
+            "below it says so (\"Right values, but ...\") rather than \"Correct\". It also "
+            "calls your function on a second input, so an answer typed in does not pass:\n\n"
+            + "\n".join(lines))
+
+
 def _printed(cell) -> str:
     return "".join(o.get("text", "") or o.get("data", {}).get("text/plain", "")
                    for o in cell.get("outputs", []))
@@ -226,7 +249,85 @@ def answer_patterns(nb, exercises: list[Exercise]) -> list[re.Pattern]:
     return patterns
 
 
-def student_edition(nb, exercises: list[Exercise], lab: str | None = None):
+RELEASES = ROOT / "scripts" / "grading" / "releases"
+
+
+def _spec(ex: Exercise):
+    import importlib
+
+    return getattr(importlib.import_module(ex.module), "GRADED", {}).get(ex.check)
+
+
+def edition_id(nb, exercises: list[Exercise]) -> str:
+    """A content id of a lab's exercises: 12 hex digits that change when an exercise does.
+
+    Hashed: each exercise's cell in the lab (its prompt and placeholder), its check call, the
+    function it asks for, and the code of its checker, hidden inputs and method limits. The
+    prose and the worked cells around them do not count: an edition with the same exercises
+    and checks is the same edition.
+    """
+    import hashlib
+    import inspect
+
+    from attnbook.exercises.fingerprint import code_hash
+
+    digest = hashlib.sha256()
+    for ex in exercises:
+        spec = _spec(ex) if ex.function else None
+        parts = [ex.name, ex.check, ex.module.rsplit(".", 1)[-1], ex.call, ex.function or "",
+                 nb.cells[ex.cell].source, _check_hash(ex)]
+        if spec is not None:
+            parts += [code_hash(spec.cases), repr(tuple(spec.forbidden)),
+                      inspect.getsource(spec.cases)]
+        digest.update(repr(parts).encode())
+    return digest.hexdigest()[:12]
+
+
+def library_stamp(root: Path = ROOT) -> dict:
+    """The library an edition is made with: attnbook's version and the checkout's commit.
+
+    ``dirty`` is True when src/ or notebooks/ differ from that commit (the edition then names
+    a commit that does not hold exactly its code: commit before making a term's release).
+    """
+    import attnbook
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    commit = git("rev-parse", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--", "src", "notebooks")) if commit else False
+    tag = git("tag", "--points-at", "HEAD").splitlines() if commit else []
+    return {"version": attnbook.__version__, "commit": commit, "tag": tag[0] if tag else "",
+            "dirty": dirty}
+
+
+def stamp(nb, lab_nb, lab: str, exercises: list[Exercise], kind: str,
+          library: dict | None = None, release: str = "") -> None:
+    """Write the edition into ``nb``'s metadata and pin its setup cell to that library.
+
+    ``nb.metadata["attnbook"]`` gets ``lab``, ``edition`` (student or instructor),
+    ``exercises`` (:func:`edition_id` of the lab's exercises), ``version``, ``commit`` and
+    ``release`` (the term's name, when made with ``--release``); the setup cell's
+    ``pip install "git+URL@..."`` names the tag or commit instead of the branch.
+    """
+    from set_repository import pin_setup_cell
+
+    library = library or library_stamp()
+    nb.metadata["attnbook"] = {"lab": lab, "edition": kind,
+                               "exercises": edition_id(lab_nb, exercises),
+                               "version": library["version"], "commit": library["commit"],
+                               "release": release}
+    ref = library.get("tag") or library.get("commit")
+    if ref:
+        pin_setup_cell(nb, ref)
+
+
+def student_edition(nb, exercises: list[Exercise], lab: str | None = None,
+                    library: dict | None = None, release: str = ""):
     """The lab as students get it: no solutions, nothing that gives an answer away.
 
     Removed: the solution cells, the notes that point at them (the whole cell, so a sentence
@@ -234,11 +335,12 @@ def student_edition(nb, exercises: list[Exercise], lab: str | None = None):
     summary, which states the answers (replaced by a prompt), and the stored output of any
     cell that prints a value a solution prints (the cell stays; it prints it when run, so a lab
     that computes an answer before asking for it should be reordered). Added: a first cell
-    with the hand-in rules, and the lab id in the notebook's metadata (``attnbook.lab``), by
-    which the grader recognises the lab whatever the file is called.
+    with the hand-in rules and the method limits, and (given ``lab``) the edition in the
+    notebook's metadata (:func:`stamp`), by which the grader recognises the lab whatever the
+    file is called and grades it with its own edition's checks.
     """
     leaks = answer_patterns(nb, exercises)
-    nb = copy.deepcopy(nb)
+    lab_nb, nb = nb, copy.deepcopy(nb)
     drop = {i for ex in exercises for i in ex.solutions}
     drop |= {i for i, c in enumerate(nb.cells) if is_solution(c)}
     cells = []
@@ -258,9 +360,9 @@ def student_edition(nb, exercises: list[Exercise], lab: str | None = None):
         cells.append(cell)
     nb.cells = cells
     retag(nb, exercises)
-    nb.cells.insert(1, nbformat.v4.new_markdown_cell(STUDENT_NOTE))
+    nb.cells.insert(1, nbformat.v4.new_markdown_cell(STUDENT_NOTE + method_limits(exercises)))
     if lab:
-        nb.metadata["attnbook"] = {"lab": lab, "edition": "student"}
+        stamp(nb, lab_nb, lab, exercises, "student", library, release)
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
     return nb
@@ -286,13 +388,14 @@ def grading_notes(exercises: list[Exercise]) -> str:
     return "\n".join(lines)
 
 
-def instructor_edition(nb, exercises: list[Exercise], lab: str | None = None):
+def instructor_edition(nb, exercises: list[Exercise], lab: str | None = None,
+                       library: dict | None = None, release: str = ""):
     """The lab with its solutions, graded after each solution, opening with grading notes."""
-    nb = copy.deepcopy(nb)
+    lab_nb, nb = nb, copy.deepcopy(nb)
     retag(nb, exercises)
     nb.cells.insert(1, nbformat.v4.new_markdown_cell(grading_notes(exercises)))
     if lab:
-        nb.metadata["attnbook"] = {"lab": lab, "edition": "instructor"}
+        stamp(nb, lab_nb, lab, exercises, "instructor", library, release)
     return nb
 
 
@@ -488,7 +591,8 @@ def otter_generate(tests: Path, zip_path: Path, wheel: Path | None = None) -> No
 
 
 def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT,
-          seed: int | None = None) -> dict[str, list[Exercise]]:
+          seed: int | None = None, release: str = "",
+          releases: Path = RELEASES) -> dict[str, list[Exercise]]:
     """Write the editions and autograders of ``labs`` (default: every lab) into ``out``.
 
     Args:
@@ -496,29 +600,51 @@ def build(labs: list[Path] | None = None, out: Path = DEFAULT_OUT,
         out: the output folder.
         seed: the Gradescope tests' hidden-input seed (default: drawn now; it is written
             into the tests, which students never see).
+        release: a term's name: also freeze these editions and their checks into
+            ``releases/<release>`` (scripts/grading/editions.py), where the grader finds them.
+        releases: where releases go.
 
     Returns:
         lab name -> its exercises.
     """
     import secrets
 
+    if release and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", release):
+        raise ValueError(f"a release name is letters, digits, '.', '_' and '-': {release!r}")
+    if release and (releases / release).exists():
+        raise FileExistsError(f"release {release} exists ({releases / release}); a term's "
+                              "release is never overwritten: pick another name")
+    library = library_stamp()
+    if release and library["dirty"]:
+        print("warning: src/ or notebooks/ have uncommitted changes; the editions name commit "
+              f"{library['commit'][:10]}, which does not hold them. Commit and push first.")
+
     labs = labs or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     for sub in ("student", "instructor", "autograder", "tests"):
         (out / sub).mkdir(parents=True, exist_ok=True)
     seed = secrets.randbits(31) if seed is None else seed
     wheel = build_wheel(out / "wheel")
-    built = {}
+    built, frozen = {}, {}
     for path in labs:
         nb = nbformat.read(path, as_version=4)
         exercises = find_exercises(nb)
         lab = path.stem
-        nbformat.write(student_edition(nb, exercises, lab), out / "student" / path.name)
-        nbformat.write(instructor_edition(nb, exercises, lab), out / "instructor" / path.name)
+        student = student_edition(nb, exercises, lab, library, release)
+        nbformat.write(student, out / "student" / path.name)
+        nbformat.write(instructor_edition(nb, exercises, lab, library, release),
+                       out / "instructor" / path.name)
+        if exercises:
+            frozen[lab] = (student, exercises, edition_id(nb, exercises))
         write_tests(lab, exercises, out / "tests" / lab, seed)
         if exercises:
             otter_generate(out / "tests" / lab, out / "autograder" / f"{lab}.zip", wheel)
         built[lab] = exercises
         print(f"{lab}: {len(exercises)} exercises")
+    if release:
+        from grading.editions import write_release
+
+        write_release(releases / release, frozen, library, release)
+        print(f"release {release}: {len(frozen)} editions frozen in {releases / release}")
     return built
 
 
@@ -528,8 +654,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--seed", type=int, help="the Gradescope tests' hidden-input seed "
                                                  "(default: random)")
+    parser.add_argument("--release", default="", help="a term's name: also freeze its "
+                        "editions and checks in scripts/grading/releases/NAME for the grader")
     args = parser.parse_args(argv)
-    build([p.resolve() for p in args.labs] or None, args.out, args.seed)
+    build([p.resolve() for p in args.labs] or None, args.out, args.seed, args.release)
     print(f"editions and autograders in {args.out}")
 
 

@@ -13,7 +13,11 @@ names), several at a time, each cell with its time limit (scripts/grading/points
 each exercise the grader captures the answer and calls the learner's function on hidden inputs
 drawn from a seed the notebook does not contain; the grader's own copy of the checkers, loaded
 before any notebook ran, then decides. Solution cells are removed before grading (and flagged),
-and code that replaces a checker or the library is reported.
+and code that replaces a checker or changes torch, numpy, builtins or the library is reported
+with its line. Each hand-in's edition is read from its metadata (or, unstamped, from its
+cells): an earlier term's edition is graded with its release's checks (scripts/grading/
+editions.py), any other edition is flagged old-edition or newer-edition, and the gradebook
+records the edition graded.
 
 Writes a new folder OUT/<date_time> (never overwriting an earlier run):
     gradebook.csv    one row per student: a column per lab, total, flags, the graded files
@@ -41,7 +45,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import classroom  # noqa: E402
-from grading import discover, gradebook, judge  # noqa: E402
+from grading import discover, editions, gradebook, judge  # noqa: E402
 from grading.execute import Run, run_notebook  # noqa: E402
 from grading.sandbox import Limits, can_unshare_network  # noqa: E402
 
@@ -90,7 +94,8 @@ def _prepare(nb) -> tuple[object, int]:
 
 def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = None,
           jobs: int | None = None, seed: int | None = None, name: str | None = None,
-          config_path: Path = judge.POINTS, quiet: bool = False) -> Path:
+          config_path: Path = judge.POINTS, quiet: bool = False,
+          releases: Path = editions.RELEASES) -> Path:
     """Grade every notebook in ``submissions``; write the gradebook into a new folder.
 
     Args:
@@ -102,6 +107,8 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
         name: the run folder's name instead of the date (it must not exist).
         config_path: points and time limits (points.toml).
         quiet: print nothing.
+        releases: the frozen releases of earlier terms (scripts/grading/editions.py): a
+            hand-in of one of their editions is graded with that edition's checks.
 
     Returns:
         The run folder.
@@ -124,6 +131,11 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
     for lab, found in exercises.items():
         for ex in found:
             ex.points = judge.exercise_config(cfg, lab, ex.name)["points"]
+    now = editions.current(all_labs, exercises)
+    known = editions.releases(releases)
+    for edition in known:
+        for ex in edition.exercises:
+            ex.points = judge.exercise_config(cfg, edition.lab, ex.name)["points"]
     found = discover.discover(submissions, list(all_labs))
     labs = labs or sorted({s.lab for s in found if s.lab})
     unknown = [lab for lab in labs if lab not in all_labs]
@@ -144,12 +156,17 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
             continue
         groups.setdefault((sub.student, sub.lab), []).append(sub)
 
-    tasks, meta = [], []
-    imported = {lab: {ex.check: ex.qualname for ex in exercises[lab]} for lab in labs}
+    tasks, meta, used = [], [], {}
     for (student, lab), subs in sorted(groups.items()):
         chosen, others = discover.pick(subs)
         rel = str(chosen.path.relative_to(submissions))
-        result = gradebook.LabResult(lab, rel)
+        edition, edition_flag = editions.identify(chosen.nb, lab, now[lab], known)
+        used[(lab, edition.release)] = edition
+        exs = edition.exercises
+        result = gradebook.LabResult(lab, rel, edition=edition.id + (
+            f" (release {edition.release})" if edition.release else " (current)"))
+        if edition_flag is not None:
+            result.flags.append(edition_flag)
         if others:
             result.flags.append(judge.Flag("duplicate", f"{len(subs)} files for {lab}: graded "
                                            f"`{rel}` (the latest); not graded: " +
@@ -162,33 +179,45 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
                                            "site, not the student edition). They were removed "
                                            "and only the student's own cells were graded."))
         result.flags += judge.source_flags(chosen.nb)
-        captures, cases = judge.plan(nb, lab, exercises[lab], cfg, seed)
+        captures, cases = judge.plan(nb, lab, exs, cfg, seed)
         students[student].labs[lab] = result
-        meta.append((student, lab, chosen, cases))
-        tasks.append(_task(nb, captures, limits, pristine, imported[lab], cfg))
+        meta.append((student, lab, chosen, cases, edition))
+        tasks.append(_task(nb, captures, limits, pristine, _imported(exs), cfg))
 
-    # The given inputs of exercises that are not functions: from the untouched student edition.
-    reference_labs = [lab for lab in labs if any(judge.spec_of(ex) is None
-                                                 for ex in exercises[lab])]
-    for lab in reference_labs:
-        nb = classroom.student_edition(all_labs[lab], exercises[lab])
-        captures, _ = judge.plan(nb, lab, exercises[lab], cfg, seed)
-        tasks.append(_task(nb, captures, limits, pristine, imported[lab], cfg))
+    # The given inputs of exercises that are not functions: from the untouched student edition
+    # (of the release, for a release's edition).
+    reference_labs = [key for key, e in sorted(used.items())
+                      if any(judge.spec_of(ex) is None for ex in e.exercises)]
+    for lab, release in reference_labs:
+        e = used[(lab, release)]
+        nb = e.student if release else classroom.student_edition(all_labs[lab], e.exercises)
+        nb, _ = _prepare(nb)
+        captures, _ = judge.plan(nb, lab, e.exercises, cfg, seed)
+        tasks.append(_task(nb, captures, limits, pristine, _imported(e.exercises), cfg))
 
     jobs = jobs or default_jobs()
     say(f"grading {len(meta)} notebooks ({len(reference_labs)} reference runs) with {jobs} "
         f"kernels side by side; network off: {can_unshare_network()}")
     runs = _run_all(tasks, jobs, say, [f"{m[0]}/{m[1]}" for m in meta] +
-                    [f"reference/{lab}" for lab in reference_labs])
+                    [f"reference/{lab}" + (f" ({r})" if r else "") for lab, r in reference_labs])
     references = dict(zip(reference_labs, runs[len(meta):]))
     solutions_by_lab = {lab: judge.published_solutions(all_labs[lab], exercises[lab])
                         for lab in labs}
-    for (student, lab, chosen, cases), run in zip(meta, runs):
+    for (student, lab, chosen, cases, edition), run in zip(meta, runs):
         result = students[student].labs[lab]
-        verdicts, flags = judge.judge(lab, exercises[lab], run, cases, cfg,
-                                      references.get(lab),
-                                      judge.saved_correct(chosen.nb, exercises[lab]),
-                                      solutions_by_lab[lab])
+        exs = edition.exercises
+        verdicts, flags = judge.judge(lab, exs, run, cases, cfg,
+                                      references.get((lab, edition.release)),
+                                      judge.saved_correct(chosen.nb, exs),
+                                      {} if edition.release else solutions_by_lab[lab])
+        other = next((f for f in result.flags if f.code in ("old-edition", "newer-edition")),
+                     None)
+        for v in verdicts if other is not None else []:
+            if v.points == 0 and ("renamed or deleted" in v.message
+                                  or "deleted or renamed" in v.message):
+                v.message = (f"Not graded: the current lab's exercise {v.name} (edition "
+                             f"{edition.id}) is not in the edition handed in (see the "
+                             f"{other.code} note).")
         result.verdicts, result.seconds = verdicts, run.seconds
         for flag in flags:  # what the run saw adds to what the source showed
             same = next((g for g in result.flags if g.code == flag.code), None)
@@ -234,12 +263,20 @@ def grade(submissions: Path, out: Path = DEFAULT_OUT, labs: list[str] | None = N
         "seconds": round(seconds, 1),
         "seconds_per_notebook": {f"{m[0]}/{m[1]}": round(r.seconds, 1)
                                  for m, r in zip(meta, runs)},
+        "editions": {lab: e.id for lab, e in now.items() if lab in labs},
+        "releases": sorted({e.release for e in known}),
         "network_off": can_unshare_network(), "limits": cfg["limits"],
         "attnbook_fingerprint": fingerprint, "attnbook_changed_during_run": changed,
         "python": sys.version.split()[0], "torch": torch.__version__}, indent=1) + "\n",
         encoding="utf-8")
     say(f"graded {len(meta)} notebooks in {seconds:.0f} s: {folder}")
     return folder
+
+
+def _imported(exercises) -> dict[str, str]:
+    """check name -> its qualname, for the kernel's check that the notebook's names are the
+    library's."""
+    return {ex.check: ex.qualname for ex in exercises}
 
 
 def _task(nb, captures, limits, pristine, imported, cfg) -> dict:
@@ -278,9 +315,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--name", help="name of the run folder instead of the date")
     parser.add_argument("--points", type=Path, default=judge.POINTS,
                         help="points and time limits (default scripts/grading/points.toml)")
+    parser.add_argument("--releases", type=Path, default=editions.RELEASES,
+                        help="earlier terms' frozen editions (default scripts/grading/releases)")
     args = parser.parse_args(argv)
     labs = [lab.strip() for lab in args.labs.split(",")] if args.labs else None
-    folder = grade(args.submissions, args.out, labs, args.jobs, args.seed, args.name, args.points)
+    folder = grade(args.submissions, args.out, labs, args.jobs, args.seed, args.name, args.points,
+                   releases=args.releases)
     print((folder / "summary.md").read_text(encoding="utf-8"))
 
 

@@ -2,6 +2,10 @@
 
 Usage: python scripts/set_repository.py https://github.com/OWNER/NAME [--branch main] [--root .]
 
+Classroom editions (scripts/classroom.py) do not install from the branch: their setup cell names
+the ref (tag or commit) of the library they were made with; :func:`pin_setup_cell` writes it and
+:func:`install_line_ref` reads it back.
+
 _config.yml's ``repository`` block is the one setting; this script writes the new URL and branch
 there and then everywhere that repeats it: every lab's setup cell (``pip install
 "git+URL@BRANCH"``, rewritten from scripts/nbtools.py's setup_cell_source, so only that cell
@@ -52,6 +56,38 @@ def _set_notebook(path: Path, old: str, new: str) -> bool:
     cell.source = cell.source.replace(old, new)
     nbformat.write(nb, path)
     return True
+
+
+def install_line_ref(source: str) -> str | None:
+    """The ref (branch, tag or commit) that a setup cell's ``pip install "git+URL@REF"`` names."""
+    m = re.search(r'git\+https://github\.com/[^@"\s]+@([^"\s]+)', source)
+    return m.group(1) if m else None
+
+
+def pin_setup_cell(nb, ref: str, root: Path = ROOT) -> bool:
+    """Make ``nb``'s setup cell (its first code cell) install attnbook at ``ref``, not a branch.
+
+    A classroom edition installs the library it was made with (a tag or a commit), so a term
+    that started before the library changed still runs against its own version in Colab.
+
+    Args:
+        nb: a notebook (changed in place).
+        ref: a tag or commit of the repository that _config.yml names.
+        root: the checkout whose _config.yml names the repository.
+
+    Returns:
+        Whether the setup cell had an install line to pin.
+    """
+    if not re.fullmatch(r"[A-Za-z0-9_.\-/]+", ref):
+        raise ValueError(f"not a git ref: {ref!r}")
+    url, _ = current(root)
+    cell = next((c for c in nb.cells if c.cell_type == "code"), None)
+    if cell is None:
+        return False
+    new = re.sub(rf"git\+{re.escape(url)}@[^\"\s]+", f"git+{url}@{ref}", cell.source)
+    changed = new != cell.source
+    cell.source = new
+    return changed
 
 
 def set_repository(url: str, branch: str | None = None, root: Path = ROOT) -> list[Path]:

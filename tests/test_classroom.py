@@ -70,12 +70,77 @@ def test_editions(built):
         assert all(classroom.PLACEHOLDER.search(c.source) or "return ..." in c.source
                    for c in graded)
         assert "Restart and run all" in student.cells[1].source
-        assert student.metadata["attnbook"] == {"lab": lab, "edition": "student"}
+        # The edition: its lab, its exercises' content id and the library it was made with,
+        # and a setup cell that installs that library (a commit or tag), not the branch.
+        stamp = student.metadata["attnbook"]
+        assert {k: stamp[k] for k in ("lab", "edition")} == {"lab": lab, "edition": "student"}
+        assert stamp["exercises"] == classroom.edition_id(lab_nb, exercises[lab])
+        library = classroom.library_stamp()
+        assert (stamp["version"], stamp["commit"]) == (library["version"], library["commit"])
+        assert teacher.metadata["attnbook"]["exercises"] == stamp["exercises"]
+        setup = next(c.source for c in student.cells if c.cell_type == "code")
+        ref = library["tag"] or library["commit"]
+        assert ref and f'@{ref}"' in setup and "@main" not in setup
         # The instructor edition is graded after each solution; it opens with grading notes.
         graded = [c for c in teacher.cells if "otter" in c.metadata]
         assert all(classroom.is_solution(c) for c in graded)
         assert "grading notes" in teacher.cells[1].source
         assert (out / "autograder" / f"{lab}.zip").exists()
+
+
+def test_the_student_note_states_the_method_limits():
+    lab = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
+    note = classroom.student_edition(lab, classroom.find_exercises(lab), "06_softmax").cells[1]
+    assert "**Method limits.**" in note.source and "Right values, but" in note.source
+    assert "- `softmax_rows` may not use `softmax`, `stable_softmax`" in note.source
+    assert "- `jacobian_from_p` may not use `softmax_jacobian`" in note.source
+
+
+def test_edition_id_changes_with_an_exercise_and_only_then():
+    lab = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
+    exercises = classroom.find_exercises(lab)
+    before = classroom.edition_id(lab, exercises)
+    prose = next(i for i, c in enumerate(lab.cells) if c.cell_type == "markdown" and i > 3)
+    lab.cells[prose].source += "\n\nA sentence more."
+    assert classroom.edition_id(lab, exercises) == before  # the prose is not the edition
+    lab.cells[exercises[0].cell].source += "\n# a changed prompt"
+    assert classroom.edition_id(lab, exercises) != before
+
+
+def test_a_release_freezes_the_editions_and_is_never_overwritten(tmp_path):
+    from grading import editions
+
+    lab = ROOT / "notebooks" / "04_causal_mask.ipynb"
+    with pytest.MonkeyPatch.context() as patch:  # no Gradescope zips: not what this tests
+        patch.setattr(classroom, "otter_generate", lambda *a, **k: None)
+        patch.setattr(classroom, "build_wheel", lambda out: out / "attnbook-0.whl")
+        classroom.build([lab], tmp_path / "out", seed=1, release="t1", releases=tmp_path / "r")
+        with pytest.raises(FileExistsError):
+            classroom.build([lab], tmp_path / "out", seed=1, release="t1",
+                            releases=tmp_path / "r")
+    meta = json.loads((tmp_path / "r" / "t1" / "release.json").read_text())
+    student = nbformat.read(tmp_path / "out" / "student" / lab.name, as_version=4)
+    assert student.metadata["attnbook"]["release"] == "t1"
+    assert meta["labs"]["04_causal_mask"]["exercises"] == student.metadata["attnbook"][
+        "exercises"]
+    assert (tmp_path / "r" / "t1" / "attnbook" / "exercises" / "causal_mask.py").exists()
+    [frozen] = editions.releases(tmp_path / "r")
+    assert frozen.id == meta["labs"]["04_causal_mask"]["exercises"]
+    assert all(ex.module.startswith("attnbook_release_t1.") for ex in frozen.exercises)
+
+
+def test_set_repository_pins_and_reads_a_setup_cells_ref():
+    import set_repository
+
+    lab = nbformat.read(ROOT / "notebooks" / "04_causal_mask.ipynb", as_version=4)
+    url, branch = set_repository.current(ROOT)
+    setup = next(c for c in lab.cells if c.cell_type == "code")
+    assert set_repository.install_line_ref(setup.source) == branch
+    assert set_repository.pin_setup_cell(lab, "v0.1.0")
+    assert f'"git+{url}@v0.1.0"' in setup.source
+    assert set_repository.install_line_ref(setup.source) == "v0.1.0"
+    with pytest.raises(ValueError):
+        set_repository.pin_setup_cell(lab, 'main"; rm -rf ~; "')
 
 
 @needs_otter

@@ -92,8 +92,45 @@ def test_masked_scores_with_minus_inf_in_the_wrong_places_is_not_called_nan(scor
     wrong = scores.masked_fill(torch.eye(T, dtype=torch.bool), float("-inf"))
     fb = check_masked_scores(wrong, scores)
     assert not fb.ok and "NaN or inf" not in fb.message
-    assert f"-inf in {T * (T - 1) // 2 + T} entries" in fb.message, fb.message
+    assert (f"has -inf in {T} entries where the right answer does not, and lacks it in "
+            f"{T * (T - 1) // 2} entries") in fb.message, fb.message
     # The -inf right, the kept entries changed: the difference is measured on those.
     halved = scores.masked_fill(causal_mask(T), float("-inf")) / 2
     fb = check_masked_scores(halved, scores)
     assert not fb.ok and "differs by up to" in fb.message, fb.message
+
+
+def test_practice_check_refuses_the_librarys_causal_mask():
+    """Issue 31: in the notebook the check applies the grade's method limit too."""
+    ns = {"__name__": "__main__"}
+    exec("import attnbook\n"  # noqa: S102 (the test's own code)
+         "from attnbook.exercises.causal_mask import check_causal_mask\n"
+         "def my_causal_mask(T):\n    return attnbook.causal_mask(T)\n"
+         "result = check_causal_mask(my_causal_mask(5), T=5)\n", ns)
+    assert not ns["result"].ok
+    assert ns["result"].message.startswith("Right values, but my_causal_mask uses causal_mask")
+
+
+def test_the_weights_instead_of_the_masked_scores_are_named():
+    from attnbook.exercises.causal_mask import check_masked_scores
+
+    s = torch.randn(5, 5, dtype=torch.float64)
+    masked = s.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    fb = check_masked_scores(torch.softmax(masked, -1), s)
+    assert not fb.ok and "attention weights" in fb.message, fb.message
+
+
+@pytest.mark.parametrize("fill, words", [
+    (lambda s, f: s.masked_fill(f | torch.eye(5, dtype=torch.bool), float("-inf")),
+     "has -inf in 5 entries where the right answer does not"),
+    (lambda s, f: s.masked_fill(f & (torch.arange(5)[:, None] > 0), float("-inf")),
+     "lacks -inf in 4 entries where the right answer has it"),
+])
+def test_misplaced_minus_infinity_says_which_way(fill, words):
+    """Issue 31: "has -inf in N entries ... or lacks it" now says which of the two it is."""
+    from attnbook.exercises import check_tensor
+
+    s = torch.randn(5, 5, dtype=torch.float64)
+    future = torch.ones(5, 5, dtype=torch.bool).triu(1)
+    fb = check_tensor(fill(s, future), s.masked_fill(future, float("-inf")))
+    assert not fb.ok and words in fb.message, fb.message

@@ -38,3 +38,14 @@ def test_merged_output():
                            ((l1 * o1 + l2 * o2) / (l1 + l2), "without rescaling")]:
         fb = check_merged_output(answer, o1, m1, l1, o2, m2, l2)
         assert not fb.ok and phrase in fb.message, fb.message
+
+
+def test_the_l_factors_left_out_are_named():
+    """Issue 31: 'differs by up to 0.06' was all a learner heard for this one."""
+    _, _, [(m1, l1, o1), (m2, l2, o2)] = _halves()
+    m = torch.maximum(m1, m2)
+    e1, e2 = (m1 - m).exp(), (m2 - m).exp()
+    l = l1 * e1 + l2 * e2
+    for answer in ((e1 * o1 + e2 * o2) / (e1 + e2), (e1 * o1 + e2 * o2) / l):
+        fb = check_merged_output(answer, o1, m1, l1, o2, m2, l2)
+        assert not fb.ok and "ℓ factors left out" in fb.message, fb.message

@@ -85,3 +85,97 @@ def test_temperature_checker():
     for phrase, answer in cases.items():
         fb = check_temperature(answer, s, tau)
         assert not fb.ok and phrase.strip() in fb.message, (phrase, fb.message)
+
+
+# Practice checks apply the grade's rules (issue 31): method limits and a second input.
+
+
+def _notebook(code: str) -> dict:
+    """Run ``code`` as a notebook cell would (module __main__) and return its namespace."""
+    ns = {"__name__": "__main__"}
+    exec(code, ns)  # noqa: S102 (the test's own code)
+    return ns
+
+
+SETUP = """
+import torch
+from attnbook.exercises.softmax import check_softmax, check_jacobian, check_temperature
+from attnbook.softmax import softmax_jacobian, stable_softmax, temperature_softmax
+S1 = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.3, -0.2, 1.5, 0.0],
+                   [1000.0, 998.0, 990.0, 0.0], [-2.0, 3.0, 1.0, 0.5]])
+s2 = torch.tensor([1.0, -0.5, 2.0, 0.0], dtype=torch.float64)
+p2 = stable_softmax(s2)
+"""
+
+
+@pytest.mark.parametrize("body, word", [
+    ("return torch.softmax(S, dim=-1)", "softmax"),
+    ("return stable_softmax(S)", "stable_softmax"),
+    ("return helper(S)\ndef helper(S):\n    return S.softmax(-1)", "softmax"),  # via a helper
+])
+def test_practice_check_says_right_values_but_for_a_ruled_out_method(body, word):
+    ns = _notebook(SETUP + "def softmax_rows(S):\n    " + body.replace("\n", "\n", 1) + "\n"
+                   "result = check_softmax(softmax_rows(S1), S1)")
+    assert not ns["result"].ok
+    assert ns["result"].message.startswith(f"Right values, but softmax_rows uses {word}")
+
+
+def test_practice_checks_catch_autograd_and_temperature_softmax():
+    ns = _notebook(SETUP + """
+def jacobian_from_p(p):
+    return softmax_jacobian(p)
+def tempered_softmax(s, tau):
+    return temperature_softmax(s, tau)
+j = check_jacobian(jacobian_from_p(p2), s2)
+t = check_temperature(tempered_softmax(s2, 0.5), s2, 0.5)
+""")
+    assert "uses softmax_jacobian" in ns["j"].message and not ns["j"].ok
+    assert "uses temperature_softmax" in ns["t"].message and not ns["t"].ok
+
+
+def test_practice_check_calls_the_function_on_a_second_input():
+    ns = _notebook(SETUP + """
+def softmax_rows(S):
+    z = S - S.amax(-1, keepdim=True)
+    return z.exp() / z.exp().sum(-1, keepdim=True)
+right = check_softmax(softmax_rows(S1), S1)
+typed = softmax_rows(S1).tolist()
+def softmax_rows(S):
+    return torch.tensor(typed)
+fixed = check_softmax(softmax_rows(S1), S1)
+""")
+    assert ns["right"].ok and ns["right"].message.startswith("Correct")
+    assert not ns["fixed"].ok
+    assert ns["fixed"].message.startswith("Right values on the lab's input, but not on a "
+                                          "second input")
+    # The grader's own copy of the check is the plain one: it judges values only.
+    from attnbook.exercises.softmax import GRADED
+
+    assert GRADED["check_softmax"].check(ns["softmax_rows"](ns["S1"]), ns["S1"]).ok
+
+
+# The common mistakes of issue 31, each named.
+
+
+def _S1():
+    return torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.3, -0.2, 1.5, 0.0],
+                         [1000.0, 998.0, 990.0, 0.0], [-2.0, 3.0, 1.0, 0.5]])
+
+
+def test_the_global_maximum_instead_of_each_rows_is_named():
+    S = _S1()
+    z = S - S.max()
+    fb = check_softmax(z.exp() / z.exp().sum(-1, keepdim=True), S)
+    assert not fb.ok and "maximum of the whole matrix" in fb.message, fb.message
+
+
+@pytest.mark.parametrize("code, words", [
+    ("(S - S.amax(-1)).exp() / (S - S.amax(-1)).exp().sum(-1, keepdim=True)",
+     "row max taken without keepdim"),
+    ("(S - S.amax(-1, keepdim=True)).exp() / (S - S.amax(-1, keepdim=True)).exp().sum(-1)",
+     "row sum taken without keepdim"),
+])
+def test_keepdim_forgotten_is_named(code, words):
+    S = _S1()
+    fb = check_softmax(eval(code), S)  # noqa: S307 (the test's own expression)
+    assert not fb.ok and words in fb.message, fb.message

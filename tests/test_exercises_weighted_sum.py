@@ -84,3 +84,25 @@ def test_outputs_without_the_causal_mask_is_named():
     assert check_outputs(weights @ v, weights, v, k, scores).ok
     fb = check_outputs(stable_softmax(scores) @ v, weights, v, k, scores)
     assert not fb.ok and "without the causal mask" in fb.message, fb.message
+
+
+def test_practice_check_catches_a_typed_in_list():
+    """Issue 31: a list typed in from the lab's input is right there and nowhere else."""
+    ns = {"__name__": "__main__"}
+    exec("import torch\n"  # noqa: S102 (the test's own code)
+         "from attnbook.exercises.weighted_sum import check_hull_bound\n"
+         "V2 = torch.tensor([[0.5, 1.0], [-1.0, 0.3], [1.5, -0.5], [0.8, 2.0], [2.5, 0.0]],\n"
+         "                  dtype=torch.float64)\n"
+         "def hull_bound(V):\n    return [0.5, 0.5, 1.5, 1.5, 2.5]\n"
+         "result = check_hull_bound(hull_bound(V2), V2)\n", ns)
+    assert not ns["result"].ok and "second input" in ns["result"].message
+
+
+def test_cummax_without_values_is_named():
+    """Issue 31: both the pair itself and the (2, T) tensor the grader captures of it."""
+    v = torch.randn(6, 2, dtype=torch.float64)
+    pair = v[:, 0].cummax(dim=0)
+    for answer in (pair, torch.stack([pair.values, pair.indices.double()])):
+        fb = check_hull_bound(answer, v)
+        assert not fb.ok and ".values" in fb.message, fb.message
+    assert check_hull_bound(pair.values, v).ok

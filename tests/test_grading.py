@@ -1,9 +1,10 @@
 """Grading for marks, end to end: the adversarial submissions folder graded as an instructor would.
 
-tests/submissions/make_submissions.py writes fourteen hand-ins of labs 04, 06 and 07 (cheats,
-LMS names, broken notebooks, typical mistakes); grade.grade runs them two kernels at a time
-(about a minute on two cores) and each student's score, flags and feedback are checked. Fast
-unit tests of discovery, static checks and the gradebook folder come first.
+tests/submissions/make_submissions.py writes the hand-ins of labs 04, 06 and 07 (cheats,
+LMS names, broken notebooks, typical mistakes, patched torch, older and newer editions);
+grade.grade runs them two kernels at a time (about two minutes on two cores) and each student's
+score, flags and feedback are checked. Fast unit tests of discovery, static checks and the
+gradebook folder come first.
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
 import classroom  # noqa: E402
-from grading import discover, gradebook, judge  # noqa: E402
+from grading import discover, editions, gradebook, judge  # noqa: E402
 
 LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
 ALL_LABS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+HISTORY = __import__("make_submissions").old_lab("06_softmax") is not None  # not shallow
+needs_history = pytest.mark.skipif(not HISTORY, reason="the git history of the labs is absent")
 needs_kernel = pytest.mark.skipif(importlib.util.find_spec("ipykernel") is None,
                                   reason="ipykernel is not installed")
 
@@ -103,9 +106,20 @@ def test_tampering_lines_are_found_and_the_labs_have_none():
         "if x:\n    !pip install foo\nsetattr(sm, 'check_temperature', None)",
         "import sys\nsys.modules['attnbook.exercises.softmax'] = None",
         "answer = q @ k.T",
+        "import torch\ntorch.allclose = lambda *a, **k: True",
+        "import torch as t\nt.Tensor.__eq__ = lambda a, b: True",
+        "from torch import Tensor\nTensor.__eq__ = None",
+        "import numpy as np\nnp.allclose = None",
+        "import builtins\nbuiltins.print = None",
+        "from attnbook import softmax\nsoftmax.stable_softmax += 0",
+        # Not tampering: a lab's settings, the learner's own objects.
+        "import torch\ntorch.backends.cuda.matmul.allow_tf32 = False\nx = torch.ones(2)\n"
+        "x[0] = 3\nx.requires_grad = True\nclass A:\n    pass\nA.b = 1",
     )]
     hits = judge.tampering_lines(nb)
-    assert [h.split(":")[0] for h in hits] == ["cell 0", "cell 1", "cell 2", "cell 3"], hits
+    assert [h.split(":")[0] for h in hits] == [f"cell {i}" for i in (0, 1, 2, 3, *range(5, 11))
+                                               ], hits
+    assert "cell 6: `t.Tensor.__eq__ = lambda a, b: True`" in hits  # the line, quoted
     for lab in ALL_LABS:  # the book's own labs (solutions included) raise no false alarm
         assert judge.tampering_lines(_lab(lab)) == [], lab
 
@@ -145,7 +159,8 @@ def test_library_functions_are_known_by_the_file_of_their_code():
 
     known = judge.pristine_functions()
     assert known["attnbook.exercises.softmax.check_softmax"] == softmax.__file__
-    assert softmax.check_softmax.__code__.co_filename == softmax.__file__
+    # The notebook's check_softmax wraps the plain check in the practice rules (issue 31).
+    assert inspect.unwrap(softmax.check_softmax).__code__.co_filename == softmax.__file__
     assert all(name.startswith("attnbook.") for name in known) and len(known) > 50
     # A decorated function (torch.no_grad) is known by the file of the code it wraps.
     assert all(path.endswith(".py") and "/attnbook/" in path for path in known.values())
@@ -169,6 +184,11 @@ def graded(tmp_path_factory):
 
     subs = tmp_path_factory.mktemp("submissions") / "in"
     make_submissions.build(subs)
+    # The term that handed out lab 06 before its exercises became functions, frozen afterwards.
+    releases = tmp_path_factory.mktemp("releases")
+    if make_submissions.old_lab("06_softmax") is not None:
+        editions.freeze_ref(releases, "2026-autumn", make_submissions.OLD_EDITION,
+                            ["06_softmax"])
     # ATTNBOOK_GRADES_DIR keeps the run folder to read (e.g. for a pull request's note).
     out = Path(os.environ.get("ATTNBOOK_GRADES_DIR") or tmp_path_factory.mktemp("grades"))
     from grading import sandbox
@@ -177,7 +197,8 @@ def graded(tmp_path_factory):
         patch.setattr(sandbox, "INTERRUPT_WAIT", 3.0)
         patch.setattr(sandbox, "PROBE_WAIT", 2.0)
         folder = grade.grade(subs, out, LABS, jobs=2, seed=20261201, quiet=True,
-                             config_path=ROOT / "tests" / "submissions" / "points.toml")
+                             config_path=ROOT / "tests" / "submissions" / "points.toml",
+                             releases=releases)
     with open(folder / "gradebook.csv", encoding="utf-8") as f:
         book = {r["student"]: r for r in csv.DictReader(f)}
     with open(folder / "exercises.csv", encoding="utf-8") as f:
@@ -197,18 +218,21 @@ def _flags(book, student):
 @needs_kernel
 def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     folder, book, rows = graded
-    assert sorted(book) == ["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli", "gus",
-                            "hana", "ivan", "kai"]
+    old = ["mia", "nora"] if HISTORY else []
+    assert sorted(book) == sorted(["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli",
+                                   "gus", "hana", "ivan", "kai", "lena", *old, "olga"])
     header = list(next(iter(book.values())))
     assert header[:2] == ["student", "student_id"] and header[2:5] == LABS
-    assert {"total", "possible", "review", "flags", "files"} <= set(header)
+    assert {"total", "possible", "review", "flags", "files", "editions"} <= set(header)
     for r in book.values():
         assert float(r["total"]) == pytest.approx(sum(float(r[lab]) for lab in LABS))
         assert r["possible"] == "10"  # 3 + 3 + 4: hull_bound is worth 2 (points.toml)
     assert len(rows) == len(book) * 9  # long form: every student x every exercise
     assert len(list((folder / "feedback").glob("*.md"))) == len(book)
     run = json.loads((folder / "run.json").read_text())
-    assert run["notebooks"] == 12 and run["seed"] == 20261201
+    assert run["notebooks"] == 14 + len(old) and run["seed"] == 20261201
+    assert run["releases"] == (["2026-autumn"] if HISTORY else [])
+    assert all(r["edition"] for r in rows if r["file"])  # every graded exercise names it
 
 
 @needs_kernel
@@ -290,6 +314,51 @@ def test_an_endless_loop_costs_only_its_exercise(graded):
     assert "07_weighted_sum:stopped" in _flags(book, "kai")
     hana = (graded[0] / "feedback" / "hana.md").read_text(encoding="utf-8")
     assert "not a readable notebook" in hana  # the broken 07: reported, the run went on
+
+
+@needs_kernel
+def test_patching_torch_is_flagged_with_its_lines_and_changes_no_score(graded):
+    _, book, rows = graded
+    assert book["lena"]["06_softmax"] == "0" and "06_softmax:tamper" in _flags(book, "lena")
+    report = (graded[0] / "feedback" / "lena.md").read_text(encoding="utf-8")
+    assert "`torch.allclose = lambda *a, **k: True`" in report  # the line, quoted
+    assert "`torch.Tensor.__eq__ = lambda self, other:" in report
+    assert "torch.allclose was replaced by the notebook's own code" in report  # and at run time
+    assert "the Jacobian looks like diag(p)" in _ex(rows, "lena", "06_softmax")["jacobian"][1]
+
+
+@needs_kernel
+@needs_history
+def test_an_older_edition_is_graded_with_its_releases_checks(graded):
+    _, book, rows = graded
+    mia = _ex(rows, "mia", "06_softmax")
+    assert book["mia"]["06_softmax"] == "3", mia
+    assert "06_softmax:edition" in _flags(book, "mia")
+    assert "06_softmax=" in book["mia"]["editions"] and "(release 2026-autumn)" in book["mia"][
+        "editions"]
+    report = (graded[0] / "feedback" / "mia.md").read_text(encoding="utf-8")
+    assert "Graded with edition" in report and "release 2026-autumn" in report
+
+
+@needs_kernel
+@needs_history
+def test_an_older_edition_without_its_release_is_flagged_not_renamed_or_deleted(graded):
+    _, book, rows = graded
+    assert "04_causal_mask:old-edition" in _flags(book, "nora")
+    nora = _ex(rows, "nora", "04_causal_mask")
+    assert all("renamed" not in f and "is not in the edition handed in" in f
+               for _, f, _ in nora.values()), nora
+    report = (graded[0] / "feedback" / "nora.md").read_text(encoding="utf-8")
+    assert "without an edition stamp" in report and "editions.py NAME COMMIT LAB" in report
+    assert "(current)" in report  # the edition the grader has, named
+
+
+@needs_kernel
+def test_a_newer_edition_is_flagged_and_graded_as_far_as_the_checks_go(graded):
+    _, book, rows = graded
+    assert book["olga"]["06_softmax"] == "3" and "06_softmax:newer-edition" in _flags(book, "olga")
+    report = (graded[0] / "feedback" / "olga.md").read_text(encoding="utf-8")
+    assert "edition 0123456789ab" in report and "git pull" in report
 
 
 @needs_kernel

@@ -18,6 +18,7 @@ class LabResult:
     verdicts: list = field(default_factory=list)  # judge.Verdict
     flags: list = field(default_factory=list)  # judge.Flag
     seconds: float = 0.0
+    edition: str = ""  # the edition graded: "<id>" (current) or "<id> (release NAME)"
 
     @property
     def points(self) -> float:
@@ -88,7 +89,7 @@ def write(folder: Path, students: list[StudentResult], labs: list[str]) -> dict:
     with open(folder / "gradebook.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["student", "student_id", *labs, "total", "possible", "review", "flags",
-                    "files"])
+                    "files", "editions"])
         for s in students:
             codes = _codes(s.flags)
             for lab in labs:
@@ -100,11 +101,13 @@ def write(folder: Path, students: list[StudentResult], labs: list[str]) -> dict:
                         f"{sum(possible.values()):g}", "yes" if review else "",
                         "; ".join(codes),
                         "; ".join(f"{lab}={s.labs[lab].file}" for lab in labs
-                                  if s.labs[lab].file)])
+                                  if s.labs[lab].file),
+                        "; ".join(f"{lab}={s.labs[lab].edition}" for lab in labs
+                                  if s.labs[lab].edition)])
     with open(folder / "exercises.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["student", "student_id", "lab", "exercise", "points", "possible",
-                    "feedback", "flags", "file"])
+                    "feedback", "flags", "file", "edition"])
         for s in students:
             for lab in labs:
                 r = s.labs[lab]
@@ -114,7 +117,7 @@ def write(folder: Path, students: list[StudentResult], labs: list[str]) -> dict:
                     codes = list(dict.fromkeys(lab_codes + v.flags))
                     w.writerow([s.student, s.student_id, lab, v.name, f"{v.points:g}",
                                 f"{v.possible:g}", v.message, "; ".join(codes),
-                                r.file])
+                                r.file, r.edition])
     feedback = folder / "feedback"
     feedback.mkdir()
     names: dict[str, int] = {}
@@ -140,7 +143,8 @@ def feedback_text(s: StudentResult, labs: list[str]) -> str:
         r = s.labs[lab]
         lines += [f"## {lab}: {r.points:g} / {r.possible:g}", ""]
         if r.file:
-            lines += [f"Graded file: `{r.file}`", ""]
+            lines += [f"Graded file: `{r.file}`" + (f", edition {r.edition}" if r.edition
+                                                     else ""), ""]
         lines += [f"- {f.text}" for f in r.flags]
         if r.flags:
             lines.append("")

@@ -25,6 +25,11 @@ def _attnbook_capture(params):
             return {"kind": "ellipsis"}
         if isinstance(value, torch.Tensor):
             return {"kind": "tensor", "value": value.detach().cpu().clone()}
+        if (isinstance(value, tuple) and isinstance(getattr(value, "values", None), torch.Tensor)
+                and isinstance(getattr(value, "indices", None), torch.Tensor)
+                and value.values.shape == value.indices.shape):  # torch.max/cummax's pair
+            return {"kind": "tensor", "value": torch.stack(
+                [value.values.detach().cpu().double(), value.indices.detach().cpu().double()])}
         if isinstance(value, (bool, int, float, str)) or value is None:
             return {"kind": "plain", "value": value}
         try:
@@ -77,6 +82,18 @@ def _attnbook_capture(params):
         code = getattr(inspect.unwrap(function), "__code__", None) if callable(function) else None
         if code is None or code.co_filename != path:  # unwrap: past decorators (no_grad)
             out["tamper"].append(f"{qualname} was redefined")
+    # Functions the notebook swapped into torch, numpy or builtins (torch.allclose = lambda ...,
+    # torch.Tensor.__eq__ = ...): their code was written in the notebook (module __main__).
+    import builtins
+
+    guarded = [("builtins", builtins), ("torch", torch), ("torch.Tensor", torch.Tensor),
+               ("torch.nn.functional", torch.nn.functional)]
+    if "numpy" in sys.modules:
+        guarded.append(("numpy", sys.modules["numpy"]))
+    for where, owner in guarded:
+        for attr, value in list(vars(owner).items()):
+            if getattr(value, "__module__", None) == "__main__" and callable(value):
+                out["tamper"].append(f"{where}.{attr} was replaced by the notebook's own code")
     for name, qualname in params["imported"].items():  # the names the lab imported
         module_name, attr = qualname.rsplit(".", 1)
         module = sys.modules.get(module_name)

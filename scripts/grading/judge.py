@@ -190,30 +190,53 @@ def _root(node) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+# Modules whose attributes a notebook may read but never assign: the library and what its checks
+# and the labs compute with. ``torch.allclose = lambda *a, **k: True`` or
+# ``torch.Tensor.__eq__ = ...`` in a kernel changes what every comparison there says.
+GUARDED = ("attnbook", "torch", "numpy", "builtins", "math", "sys", "importlib", "inspect",
+           "signal", "types")
+# Settings a lab may change (TF32 off): they choose a precision, they do not replace code.
+SETTINGS = ("torch.backends.",)
+
+
+def _guarded(full: str) -> bool:
+    return full.split(".")[0] in GUARDED
+
+
 def tampering_lines(nb) -> list[str]:
-    """Lines of the notebook that replace a checker or reach into the library's modules.
+    """Lines of the notebook that replace a checker or change an imported module or class.
 
     Found in the source, so they are reported with their cell even when they had no effect:
-    assignments to ``check_*`` names or attributes or to anything under an ``attnbook``
-    module, ``def check_*``, ``setattr``, ``sys.modules[...] =`` and ``importlib.reload``.
+    assignments (``=``, ``+=``, ``del``) to ``check_*`` names or attributes, or to any
+    attribute of an imported module or class of attnbook, torch, numpy, builtins (and a few
+    standard modules the grader's capture uses) -- ``torch.allclose = ...``,
+    ``torch.Tensor.__eq__ = ...``, ``from torch import Tensor; Tensor.__eq__ = ...``,
+    ``__builtins__.print = ...`` --; ``def check_*``; ``setattr``, ``delattr``,
+    ``sys.modules[...] =`` and ``importlib.reload``.
     """
-    aliases, hits = {"attnbook"}, []
-    for i, cell in enumerate(nb.cells):
-        tree = _parse(cell.source) if cell.cell_type == "code" else None
+    aliases, hits = {"__builtins__"}, []
+    trees = [_parse(c.source) if c.cell_type == "code" else None for c in nb.cells]
+    for tree in trees:  # every cell's imports first: a cell may use an alias imported below it
+        for node in ast.walk(tree) if tree is not None else []:
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if _guarded(a.name):
+                        aliases.add(a.asname or a.name.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module and _guarded(node.module):
+                for a in node.names:  # a module (torch.nn) or a class (torch.Tensor), not check_*
+                    if not a.name.startswith("check_") and a.name != "*":
+                        aliases.add(a.asname or a.name)
+    for i, (cell, tree) in enumerate(zip(nb.cells, trees)):
         if tree is None:
             continue
         for node in ast.walk(tree):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                base = getattr(node, "module", None) or ""
-                for a in node.names:
-                    full = f"{base}.{a.name}" if base else a.name
-                    if full.startswith("attnbook") and not a.name.startswith("check_"):
-                        aliases.add(a.asname or a.name.split(".")[0])
-        for node in ast.walk(tree):
             bad = False
-            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+                targets = (node.targets if isinstance(node, (ast.Assign, ast.Delete))
+                           else [node.target])
                 for target in targets:
+                    if ast.unparse(target).startswith(SETTINGS):
+                        continue
                     for t in ast.walk(target):
                         if isinstance(t, ast.Name) and t.id.startswith("check_"):
                             bad = True
@@ -221,7 +244,7 @@ def tampering_lines(nb) -> list[str]:
                                 t.attr.startswith("check_") or _root(t) in aliases):
                             bad = True
                         elif (isinstance(t, ast.Subscript) and isinstance(t.value, ast.Attribute)
-                              and t.value.attr == "modules"):
+                              and t.value.attr in ("modules", "__dict__")):
                             bad = True
             elif isinstance(node, (ast.FunctionDef, ast.Lambda)) and getattr(
                     node, "name", "").startswith("check_"):
@@ -229,7 +252,7 @@ def tampering_lines(nb) -> list[str]:
             elif isinstance(node, ast.Call):
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(
                     node.func, "id", "")
-                bad = name in ("setattr", "reload", "__setattr__")
+                bad = name in ("setattr", "delattr", "reload", "__setattr__", "__delattr__")
             if bad:
                 line = cell.source.splitlines()[node.lineno - 1].strip()
                 hits.append(f"cell {i}: `{line[:80]}`")
@@ -248,9 +271,11 @@ def source_flags(nb) -> list[Flag]:
     flags = []
     hits = tampering_lines(nb)
     if hits:
-        flags.append(Flag("tamper", "The notebook redefines a checker or part of the library "
-                          f"({'; '.join(hits[:3])}). Grading used the grader's own copy of every "
-                          "check, so this changed no score; please look at it."))
+        more = f" and {len(hits) - 4} more" if len(hits) > 4 else ""
+        flags.append(Flag("tamper", "The notebook redefines a checker or changes a module or "
+                          f"class it imports ({'; '.join(hits[:4])}{more}). Grading used the "
+                          "grader's own copy of every check, in its own process, so this "
+                          "changed no score; please look at it."))
     counts = [c.execution_count for c in nb.cells if c.cell_type == "code"]
     run = [n for n in counts if n is not None]
     if not run:
@@ -410,8 +435,7 @@ def _judge_function(v: Verdict, ex, spec, captured: dict, cases, conf: dict,
             args = [_value(a) for a in captured.get("args", [])]
             kwargs = {k: _value(a) for k, a in captured.get("kwargs", {}).items()}
             try:
-                on_lab = getattr(importlib.import_module(ex.module), ex.check)(
-                    _value(visible), *args, **kwargs).ok
+                on_lab = spec.check(_value(visible), *args, **kwargs).ok
             except Exception:
                 on_lab = False
             if on_lab:

@@ -71,6 +71,18 @@ CASES = {
     "hana/07_weighted_sum.ipynb": "not JSON at all: not graded, flagged; lab 07 missing",
     "ivan/06_softmax.ipynb": "saved output says Correct after running cells out of order: "
                              "0 for that exercise, told why; out-of-order",
+    "lena/06_softmax.ipynb": "patches torch in the setup cell (torch.allclose, torch.equal, "
+                             "torch.Tensor.__eq__ always true) and answers wrong: 0 / 3, tamper "
+                             "with the lines quoted",
+    "mia/06_softmax.ipynb": "an older edition (the lab before its exercises became "
+                            "functions), answered right; its release is frozen: 3 / 3 with "
+                            "that edition's checks, flag edition (information)",
+    "nora/04_causal_mask.ipynb": "an older edition answered right, no release holds it: "
+                                 "old-edition, the editions named and what to do, no "
+                                 "'renamed or deleted?'",
+    "olga/06_softmax.ipynb": "a newer edition than the grader's (stamped with an edition and "
+                             "a commit this checkout lacks), answered right: 3 / 3 by the "
+                             "current checks, newer-edition",
     "kai/07_weighted_sum.ipynb": "turns interrupts off in an endless loop in the last exercise: "
                                  "3 / 4 (the first two count), that kernel stopped and said so",
     "Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb": "Moodle folder, three "
@@ -115,6 +127,45 @@ def _never_run(nb):
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.execution_count, cell.outputs = None, []
+    return nb
+
+
+# The commit whose labs 04 and 06 were the term's first editions: exercises were values then.
+OLD_EDITION = "9a2cd56^"
+OLD_RIGHT = {
+    "06_softmax": {
+        "check_softmax(answer, S1)": "answer = (S1 - S1.amax(-1, keepdim=True)).exp()\n"
+                                     "answer = answer / answer.sum(-1, keepdim=True)",
+        "check_jacobian(answer, s2)": "answer = torch.diag(p2) - p2[:, None] * p2[None, :]",
+        "check_temperature(answer, s, tau)": "answer = stable_softmax(s / tau)"},
+    "04_causal_mask": {
+        "check_causal_mask(answer, T=5)": "answer = torch.ones(5, 5).triu(1).bool()",
+        "check_masked_scores(answer, s)": "answer = s.masked_fill(torch.ones_like(s).triu(1)"
+                                          ".bool(), float('-inf'))",
+        "check_changed_outputs(answer, T=6, j=2)": "answer = [i >= 2 for i in range(6)]"},
+}
+
+
+def old_lab(lab: str):
+    """The book's lab as it was at OLD_EDITION, or None where the history is not there."""
+    import subprocess
+
+    done = subprocess.run(["git", "show", f"{OLD_EDITION}:notebooks/{lab}.ipynb"], cwd=ROOT,
+                          capture_output=True, text=True)
+    return nbformat.reads(done.stdout, as_version=4) if done.returncode == 0 else None
+
+
+def old_edition(lab: str):
+    """That lab's student edition as handed out then (unstamped), answered right."""
+    nb = old_lab(lab)
+    if nb is None:
+        return None
+    nb = classroom.student_edition(nb, classroom.find_exercises(nb))
+    for cell in nb.cells:
+        for call, answer in OLD_RIGHT[lab].items():
+            if cell.cell_type == "code" and call in cell.source:
+                cell.source = re.sub(r"^answer = \.\.\..*$", lambda _, a=answer: a, cell.source,
+                                     count=1, flags=re.M)
     return nb
 
 
@@ -207,6 +258,24 @@ def build(out: Path) -> dict[str, str]:
     files["ivan/06_softmax.ipynb"] = _saved_run(
         ivan, {"softmax_rows": "Correct: the softmax matches.\n"}, order)
 
+    lena = _fill(s06, {"softmax_rows": "    return torch.zeros_like(S)",
+                       "jacobian_from_p": "    return torch.diag(p)",
+                       "tempered_softmax": "    return s"})
+    setup = next(c for c in lena.cells if c.cell_type == "code")
+    setup.source += ("\n\nimport torch\ntorch.allclose = lambda *a, **k: True\n"
+                     "torch.equal = lambda *a, **k: True\n"
+                     "torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self).bool()")
+    files["lena/06_softmax.ipynb"] = lena
+
+    for who, lab in (("mia", "06_softmax"), ("nora", "04_causal_mask")):
+        old = old_edition(lab)
+        if old is not None:  # a shallow clone lacks the history: the case is left out
+            files[f"{who}/{lab}.ipynb"] = old
+    olga = _fill(s06, {k: RIGHT[k] for k in ("softmax_rows", "jacobian_from_p",
+                                             "tempered_softmax")})
+    olga.metadata["attnbook"].update(exercises="0123456789ab", commit="f" * 40, version="9.9")
+    files["olga/06_softmax.ipynb"] = olga
+
     # Kai turns interrupts off to outlast the time limit in his last exercise.
     files["kai/07_weighted_sum.ipynb"] = _fill(s07, {
         "outputs": "    return w @ v", "hull_bound": "    return V[:, 0].cummax(dim=0)[0]",
@@ -225,8 +294,10 @@ def build(out: Path) -> dict[str, str]:
     # The Canvas resubmission is the later one (an LMS download may also set equal times).
     first = (out / "frankli_1234_56789_06_softmax.ipynb").stat().st_mtime
     os.utime(out / "frankli_1234_56790_06_softmax-1.ipynb", (first + 60, first + 60))
-    (out / "CASES.json").write_text(json.dumps(CASES, indent=1) + "\n", encoding="utf-8")
-    return CASES
+    cases = {k: v for k, v in CASES.items() if k in files or not k.endswith(".ipynb")
+             or k.startswith(("hana/07",))}
+    (out / "CASES.json").write_text(json.dumps(cases, indent=1) + "\n", encoding="utf-8")
+    return cases
 
 
 if __name__ == "__main__":

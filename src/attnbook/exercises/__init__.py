@@ -66,11 +66,22 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
         return Feedback(False, f"Not yet: {name} contains NaN.")
     # Compare where the infinities are before the values: a right answer may hold -inf too.
     for sign, inf in (("-inf", float("-inf")), ("inf", float("inf"))):
-        wrong_place = ((answer == inf) != (expected == inf)).sum().item()
-        if wrong_place:
-            return Feedback(False, f"Not yet: {name} has {sign} in {wrong_place} "
-                                   f"{'entry' if wrong_place == 1 else 'entries'} where the right "
-                                   f"answer does not, or lacks it where it should have it.")
+        extra = ((answer == inf) & (expected != inf)).sum().item()
+        lacking = ((answer != inf) & (expected == inf)).sum().item()
+        entries = lambda n: "entry" if n == 1 else "entries"  # noqa: E731
+        if extra and lacking:
+            return Feedback(False, f"Not yet: {name} has {sign} in {extra} {entries(extra)} "
+                                   f"where the right answer does not, and lacks it in {lacking} "
+                                   f"{entries(lacking)} where it should have it.")
+        if extra:
+            return Feedback(False, f"Not yet: {name} has {sign} in {extra} {entries(extra)} "
+                                   f"where the right answer does not (an overflow, or too "
+                                   f"much masked?).")
+        if lacking:
+            return Feedback(False, f"Not yet: {name} lacks {sign} in {lacking} "
+                                   f"{entries(lacking)} where the right answer has it "
+                                   f"(something left unmasked, or masked with a finite "
+                                   f"number?).")
     finite = torch.isfinite(expected)
     if not finite.all():  # the infinities agree: compare the finite entries
         answer, expected = answer[finite], expected[finite]
@@ -216,3 +227,89 @@ def diagnoses(module: str | None = None) -> dict[str, dict[str, list[str]]]:
         registry[name] = {n: _diagnoses_of(f) for n, f in sorted(
             checks.items(), key=lambda item: inspect.getsourcelines(item[1])[1])}
     return registry
+
+
+# Practice checks that agree with the grade: the same method limits and a second input.
+
+PRACTICE_SEED = 20240601  # the second inputs of the practice checks (the grader draws its own)
+
+
+def names_used(function, namespace: Mapping, depth: int = 0, seen: set | None = None) -> set:
+    """Every global and attribute name ``function``'s code refers to, the notebook's own helper
+    functions included (the rule scripts/grading applies to a hand-in, here in the notebook)."""
+    import types
+
+    seen = set() if seen is None else seen
+    if depth > 4 or id(function) in seen or not hasattr(function, "__code__"):
+        return set()
+    seen.add(id(function))
+    found, codes = set(), [function.__code__]
+    while codes:
+        code = codes.pop()
+        found.update(code.co_names)
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    home = namespace.get("__name__", "__main__")
+    for name in list(found):
+        helper = namespace.get(name)
+        if isinstance(helper, types.FunctionType) and helper.__module__ == home:
+            found |= names_used(helper, namespace, depth + 1, seen)
+    return found
+
+
+def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapping) -> Feedback:
+    """The check's verdict in the notebook, held to the grade's rules.
+
+    A right answer is "Correct" only if the learner's function (``spec.function`` in
+    ``namespace``, the notebook) uses nothing the exercise rules out and is also right on a
+    second input (the exercise's cases for :data:`PRACTICE_SEED`); otherwise the verdict is
+    "Right values, but ...", which scores 0 when graded, as the grader would judge it.
+
+    Args:
+        spec: the exercise.
+        feedback: the check's verdict on the lab's own input.
+        namespace: the globals of the cell that called the check.
+
+    Returns:
+        ``feedback``, or a verdict that is not ok and says why.
+    """
+    fn = namespace.get(spec.function)
+    if not feedback.ok or not callable(fn):
+        return feedback  # a wrong answer says why already; no function: nothing more to test
+    used = sorted(names_used(fn, namespace) & set(spec.forbidden))
+    if used:
+        return Feedback(False, f"Right values, but {spec.function} uses {', '.join(used)}, "
+                               "which the exercise rules out: graded, it scores 0. Write it "
+                               "from the operations the exercise names.")
+    for case in hidden_cases(spec, PRACTICE_SEED):
+        try:
+            result = fn(*case.call)
+        except Exception as err:  # noqa: BLE001 (the learner's code may raise anything)
+            second = Feedback(False, f"it raised {type(err).__name__}: {err}.")
+        else:
+            second = spec.check(result, *case.check_args)
+        if not second.ok:
+            return Feedback(False, f"Right values on the lab's input, but not on a second "
+                                   f"input ({case.label}): "
+                                   f"{second.message.removeprefix('Not yet: ')} Is something "
+                                   f"typed in or fixed to the lab's input? Graded, "
+                                   f"{spec.function} is called on inputs like this one.")
+    return feedback
+
+
+def practise(graded: Mapping[str, FunctionExercise], namespace: dict) -> None:
+    """Make each ``check_*`` in ``namespace`` (an exercise module's globals) that ``graded``
+    phrases as a function apply the grade's rules when a notebook calls it
+    (:func:`practice_verdict`). ``graded[name].check`` stays the plain check the grader uses.
+    """
+    import functools
+    import sys
+
+    for name, spec in graded.items():
+        plain = namespace[name]
+
+        def check(answer, *args, _spec=spec, _plain=plain, **kwargs):
+            feedback = _plain(answer, *args, **kwargs)
+            caller = sys._getframe(1).f_globals  # the notebook cell's namespace
+            return practice_verdict(_spec, feedback, caller)
+
+        namespace[name] = functools.wraps(plain)(check)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Feedback, FunctionExercise, HiddenCase, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 
 def _ones(T: int) -> torch.Tensor:
@@ -61,6 +61,9 @@ def check_masked_scores(answer, scores: torch.Tensor) -> Feedback:
         "diagonal=1)":
             scores.masked_fill(torch.tril(_ones(T), diagonal=-1).to(scores.device), inf),
         "the scores unchanged: nothing is masked": scores,
+        "the attention weights (the softmax of the masked scores), not the masked scores: "
+        "the exercise stops before the softmax":
+            torch.softmax(expected.double(), dim=-1).to(expected.dtype),
     }
     feedback = check_tensor(answer, expected, mistakes, name="your masked score matrix")
     if feedback.ok or answer is None or answer is Ellipsis:
@@ -130,3 +133,6 @@ GRADED = {
                                               _changed_cases),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
+
+
+practise(GRADED, globals())

@@ -51,5 +51,12 @@ def check_merged_output(answer, o1: torch.Tensor, m1: torch.Tensor, l1: torch.Te
         "weights l1 and l2 without rescaling to the common maximum":
             (l1 * o1 + l2 * o2) / (l1 + l2),
         "the unnormalised mix: divide by the merged sum l": w1 * o1 + w2 * o2,
+        "the ℓ factors left out: o1 and o2 are each already divided by their own ℓ, so a "
+        "block's weight is ℓ_b exp(m_b - m), not exp(m_b - m) alone":
+            (torch.exp(m1 - m) * o1 + torch.exp(m2 - m) * o2)
+            / (torch.exp(m1 - m) + torch.exp(m2 - m)),
+        "the ℓ factors left out of the numerator (o_b exp(m_b - m), divided by l): o1 and o2 "
+        "are already divided by their own ℓ, so multiply each by its ℓ_b again":
+            (torch.exp(m1 - m) * o1 + torch.exp(m2 - m) * o2) / l,
     }
     return check_tensor(answer, right, mistakes, name="the merged output")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..softmax import softmax_jacobian, stable_softmax
-from . import Feedback, FunctionExercise, HiddenCase, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 
 def _naive_softmax(scores: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -41,6 +41,36 @@ def check_softmax(answer, scores: torch.Tensor) -> Feedback:
                                        "formula exp(s) / sum exp(s), which overflowed: exp of a "
                                        "large score is inf and inf / inf = NaN (or a sum of inf "
                                        "turns every weight into 0). Subtract each row's max first.")
+    # Mistakes whose result holds NaN or inf (0 / 0, exp overflow): compared NaN for NaN.
+    flat = s - s.amax()  # the whole matrix's maximum: rows far below it underflow to 0 / 0
+    square = s.dim() == 2 and s.shape[0] == s.shape[1]
+    # (T, T) - (T,) broadcasts along the last axis, i.e. by column (it only runs when square).
+    loose = s - s.amax(dim=-1) if square else None
+    with_nan = {
+        "each entry shifted by the maximum of the whole matrix, not by its own row's: a row far "
+        "below that maximum underflows to exp(...) = 0 everywhere and 0 / 0 = NaN. Take each "
+        "row's max: S.amax(dim=-1, keepdim=True)":
+            flat.exp() / flat.exp().sum(-1, keepdim=True),
+        "the row max taken without keepdim=True: amax(dim=-1) is a (T,) vector, and S minus it "
+        "broadcasts along the last axis, so entry [i, j] is shifted by row j's max. Keep the "
+        "dimension: S.amax(dim=-1, keepdim=True), shape (T, 1)":
+            loose.exp() / loose.exp().sum(-1, keepdim=True),
+        "the row sum taken without keepdim=True: e / e.sum(-1) divides entry [i, j] by row j's "
+        "sum (a (T,) vector broadcasts along the last axis). Use e.sum(dim=-1, keepdim=True)":
+            (s - s.amax(-1, keepdim=True)).exp()
+            / (s - s.amax(-1, keepdim=True)).exp().sum(-1),
+        "the row max and the row sum both taken without keepdim=True: each (T,) vector "
+        "broadcasts along the last axis, by column, not by row. Use keepdim=True for both":
+            loose.exp() / loose.exp().sum(-1),
+    } if square else {
+        "each entry shifted by the maximum of the whole matrix, not by its own row's: a row far "
+        "below that maximum underflows to exp(...) = 0 everywhere and 0 / 0 = NaN. Take each "
+        "row's max: S.amax(dim=-1, keepdim=True)":
+            flat.exp() / flat.exp().sum(-1, keepdim=True)}
+    if not _matches_with_nan(answer, expected):
+        for mistake, wrong in with_nan.items():
+            if _matches_with_nan(answer, wrong):
+                return Feedback(False, f"Not yet: {mistake}.")
     row_max = s.amax(dim=-1, keepdim=True)  # (T, 1)
     mistakes = {
         "it was normalised over the wrong dimension (each column sums to one, not each row): "
@@ -149,3 +179,6 @@ GRADED = {
                                           forbidden=("temperature_softmax",)),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
+
+
+practise(GRADED, globals())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..softmax import stable_softmax
-from . import Feedback, FunctionExercise, HiddenCase, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 
 def _shape(answer) -> tuple[int, ...] | None:
@@ -59,6 +59,18 @@ def check_hull_bound(answer, v: torch.Tensor) -> Feedback:
     x = v.detach().double().cpu()[:, 0]  # (T,) first coordinate of each value
     expected = x.cummax(dim=0).values  # (T,)
     T = x.numel()
+    # torch.cummax returns (values, indices); as one tensor (the grader's capture) it is (2, T).
+    pair = getattr(answer, "values", None) if isinstance(answer, tuple) else None
+    try:
+        whole = torch.as_tensor(answer).detach().cpu().double() if pair is None else None
+    except (TypeError, ValueError, RuntimeError):
+        whole = None
+    if pair is not None and not callable(pair) or (
+            whole is not None and whole.shape == (2, T)
+            and torch.allclose(whole[0], expected, atol=1e-4)
+            and torch.equal(whole[1], x.cummax(dim=0).indices.double())):
+        return Feedback(False, "Not yet: you returned torch.cummax's whole result, the pair "
+                               "(values, indices); the bound is its .values.")
     mistakes = {
         "the largest value over all tokens: under the causal mask query i sees only "
         "v_0, ..., v_i": x.max().expand(T),
@@ -136,3 +148,6 @@ GRADED = {
                                                forbidden=("attention_no_mask", "attn")),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
+
+
+practise(GRADED, globals())
