@@ -8,6 +8,14 @@ from torch import nn
 from .checks import check_input, check_padding_mask
 from .fused import fused_attention, repeat_kv
 from .masks import blocked_positions, causal_mask, materialize
+from .positions import (
+    alibi_bias_from_positions,
+    alibi_slopes,
+    apply_rope,
+    check_positions,
+    check_scaling,
+    default_positions,
+)
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
@@ -40,6 +48,16 @@ class Attention(nn.Module):
         matrix. It never forms the weights, so ``return_weights=True`` computes them with the
         explicit steps instead.
 
+    Positions (chapter 20):
+        ``position="none"`` (the default) is the seed's module: it sees its keys as a set.
+        ``"rope"`` rotates q and k after step 1 (:func:`attnbook.positions.apply_rope`, with
+        ``rope_base``, ``rope_layout`` and ``rope_scaling``, a plain attribute that may be
+        changed after training); ``"alibi"`` adds -m_h (i - j) to the scaled scores before
+        masking (one head: m = alibi_slopes(1) = 1/256). Neither adds a parameter, so the
+        state_dict is the seed's. Positions default to 0 .. T - 1, skipping pads when a
+        padding mask is given (:func:`attnbook.positions.default_positions`);
+        ``forward(..., positions=p)`` overrides them.
+
     Shape:
         x: (B, T, d_model) with T <= context_length; padding_mask: (B, T) bool
         -> (B, T, d_model)
@@ -48,8 +66,16 @@ class Attention(nn.Module):
     so a ``state_dict`` saved from the seed's module loads unchanged.
     """
 
-    def __init__(self, d_model: int, context_length: int, fused: bool = False):
+    def __init__(self, d_model: int, context_length: int, fused: bool = False,
+                 position: str = "none", rope_base: float = 10000.0, rope_layout: str = "half",
+                 rope_scaling=None, *, _heads: int = 1):
         super().__init__()
+        check_position_args(position, rope_base, rope_layout, rope_scaling)
+        if position == "rope" and _heads >= 1 and d_model % _heads == 0 \
+                and (d_model // _heads) % 2:
+            raise ValueError(f"RoPE turns pairs of features, so the head width must be even, "
+                             f"got d_head = {d_model // _heads} (d_model={d_model}, "
+                             f"n_heads={_heads})")
         if d_model < 1 or context_length < 1:
             raise ValueError(
                 f"d_model and context_length must be positive, got {d_model}, {context_length}"
@@ -68,9 +94,51 @@ class Attention(nn.Module):
         self.d_head = d_model
         # A plain attribute, not saved in the state_dict: which path computes the same result.
         self.fused = fused
+        # Plain attributes too: RoPE and ALiBi have no parameters, so the state_dict is the seed's.
+        self.position, self.rope_base, self.rope_layout = position, rope_base, rope_layout
+        self.rope_scaling = rope_scaling
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, context_length={self.context_length}, fused={self.fused}"
+        return (f"d_model={self.d_model}, context_length={self.context_length}, fused={self.fused}"
+                + ("" if self.position == "none" else f", position={self.position!r}"))
+
+    def with_positions(self, q: torch.Tensor, k: torch.Tensor,
+                       padding_mask: torch.Tensor | None = None,
+                       positions: torch.Tensor | None = None):
+        """Where order enters (chapter 20): RoPE turns q and k; ALiBi returns a score bias.
+
+        Returns:
+            q, k (rotated with ``position="rope"``) and the bias to add to the scaled scores
+            (``position="alibi"``; else None).
+
+        Shape:
+            q: (B, T, d) or (B, h, T, d_h); k likewise (h_kv heads); positions: (T,) or (B, T)
+            -> q, k, and bias (T, T) / (B, T, T) for one head, (h, T, T) / (B, h, T, T) for many
+        """
+        if self.position == "none":
+            return q, k, None
+        T = q.size(-2)
+        if positions is None:
+            positions = default_positions(T, padding_mask, device=q.device)
+        check_positions(positions, q)  # integers, (T,) or (B, T)
+        positions = positions.to(q.device)
+        if self.position == "rope":
+            kw = {"base": self.rope_base, "layout": self.rope_layout, "scaling": self.rope_scaling}
+            return apply_rope(q, positions, **kw), apply_rope(k, positions, **kw), None
+        return q, k, self.alibi(positions, positions, q)
+
+    def alibi(self, q_positions: torch.Tensor, k_positions: torch.Tensor,
+              q: torch.Tensor) -> torch.Tensor:
+        """ALiBi's bias -m_h (p_i - p_j), in float32 (float64 for float64 q), shaped for q.
+
+        Shape:
+            q_positions: (T_q,) or (B, T_q); k_positions: (T_k,) or (B, T_k)
+            -> (h, T_q, T_k) or (B, h, T_q, T_k); the head axis dropped for 3-D q
+        """
+        dt = torch.float64 if q.dtype == torch.float64 else torch.float32
+        slopes = alibi_slopes(self.n_heads, dt).to(q.device)  # (h,)
+        bias = alibi_bias_from_positions(slopes, q_positions, k_positions)  # (..., h, T_q, T_k)
+        return bias[..., 0, :, :] if q.dim() == 3 else bias
 
     @property
     def causal_mask(self) -> torch.Tensor:
@@ -83,12 +151,13 @@ class Attention(nn.Module):
         padding_mask: torch.Tensor | None = None,
         *,
         mask_mod=None,
+        positions: torch.Tensor | None = None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from every token to the real tokens at or before it.
 
-        Runs the input checks (before step 1, not a step), step 1 (project) and then
-        :meth:`attend` (steps 2 to 6).
+        Runs the input checks (before step 1, not a step), step 1 (project), the position
+        scheme (:meth:`with_positions`) and then :meth:`attend` (steps 2 to 6).
 
         Args:
             x: token vectors.
@@ -96,6 +165,8 @@ class Attention(nn.Module):
             mask_mod: a mask function ``mask_mod(b, h, q_idx, kv_idx)``, True = MAY attend
                 (FlexAttention's convention, chapter 21), materialised and AND-ed with the
                 causal buffer and the padding; it takes the explicit steps. None: as before.
+            positions: integer positions (T,) or (B, T) for RoPE or ALiBi; None gives the
+                default (0 .. T - 1, skipping pads). Unused with ``position="none"``.
             return_weights: also return the attention weights (for plots and checks).
 
         Returns:
@@ -112,10 +183,11 @@ class Attention(nn.Module):
         q = self.query(x)  # (B, T, d)
         k = self.key(x)  # (B, T, d)
         v = self.value(x)  # (B, T, d)
+        q, k, bias = self.with_positions(q, k, padding_mask, positions)  # RoPE, or ALiBi's bias
         # The fused kernel never forms the weights: asking for them takes the explicit path.
         fused = self.fused and not return_weights
         out, weights = self.attend(q, k, v, padding_mask, fused=fused,
-                                   mask_mod=mask_mod)  # (B, T, d), (B, T, T)
+                                   mask_mod=mask_mod, bias=bias)  # (B, T, d), (B, T, T)
         return (out, weights) if return_weights else out
 
     def project_heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -139,6 +211,7 @@ class Attention(nn.Module):
         *,
         fused: bool | None = None,
         mask_mod=None,
+        bias: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Steps 2 to 6: score, scale, mask, softmax, weighted sum.
 
@@ -151,6 +224,7 @@ class Attention(nn.Module):
             fused: run the fused kernel instead of the explicit steps (default: ``self.fused``).
             mask_mod: True = may attend, AND-ed with the causal buffer and the padding (see
                 :meth:`forward`); a mask_mod always takes the explicit steps.
+            bias: added to the scaled scores before masking (ALiBi, :meth:`with_positions`).
 
         Returns:
             The outputs and the attention weights; the weights are None on the fused path.
@@ -160,7 +234,7 @@ class Attention(nn.Module):
             -> (B, T, d) or (B, h, T, d_h), and weights (B, T, T) or (B, h, T, T)
         """
         if (self.fused if fused is None else fused) and mask_mod is None:
-            return fused_attention(q, k, v, padding_mask), None  # Part III: one fused call
+            return fused_attention(q, k, v, padding_mask, bias=bias), None  # one fused call
         T = q.size(-2)
         if q.dim() == 4 and k.size(1) != q.size(1):  # grouped-query attention (chapter 13)
             k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
@@ -168,6 +242,8 @@ class Attention(nn.Module):
             return v.clone(), q.new_zeros(*q.shape[:-1], 0)  # v is empty: (..., 0, d)
         scores = attention_scores(q, k)  # (B, T, T)
         scores = scale_scores(scores, q.size(-1))  # (B, T, T)
+        if bias is not None:  # ALiBi: -m_h (i - j), before the mask
+            scores = scores + bias  # (B, T, T) or (B, h, T, T)
         blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # (T, T) or (B, T, T)
         if padding_mask is not None and scores.dim() == 4:
             blocked = blocked[:, None]  # (B, 1, T, T): every head sees the same padding
@@ -179,3 +255,18 @@ class Attention(nn.Module):
         weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)
         out = weighted_sum(weights, v)  # (B, T, d)
         return out, weights
+
+
+def check_position_args(position, rope_base, rope_layout, rope_scaling) -> None:
+    """ValueError naming what an attention layer's position scheme may be."""
+    if position in ("learned", "sinusoidal"):
+        raise ValueError(f"position={position!r} is added to the token vectors, not inside "
+                         "attention: use TinyConfig(position=...) or add the table yourself; "
+                         "an attention layer takes 'none', 'rope' or 'alibi'")
+    if position not in ("none", "rope", "alibi"):
+        raise ValueError(f"position must be 'none', 'rope' or 'alibi', got {position!r}")
+    if rope_layout not in ("half", "interleaved"):
+        raise ValueError(f"rope_layout must be 'half' or 'interleaved', got {rope_layout!r}")
+    if isinstance(rope_base, bool) or not isinstance(rope_base, (int, float)) or rope_base <= 0:
+        raise ValueError(f"rope_base must be a positive number, got {rope_base!r}")
+    check_scaling(rope_scaling)

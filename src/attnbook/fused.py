@@ -17,6 +17,12 @@ we get that kernel, at full speed, and the same answer as the explicit module:
   kernel returns zeros with zero gradients there (``tests/test_fused.py`` pins it); the general
   route does not rely on any kernel's choice (see :func:`general_masked_attention`).
 
+A float ``bias`` (ALiBi, chapter 20) goes to SDPA as a float ``attn_mask``, with ``-inf`` on
+padded keys. On CPU, for 4-D input, SDPA still runs its flash kernel with a float mask and
+``is_causal=True`` together (``_scaled_dot_product_flash_attention_for_cpu``;
+``tests/test_positions_attention.py`` pins the choice); the mask is read for every tile, which
+``benchmarks/bench_positions.py`` measures against the bool key mask.
+
 No branch reads a tensor's values: which route runs depends only on the device and on whether
 a padding mask was passed, so the path never waits for the device, traces under
 ``torch.compile(fullgraph=True)`` and runs on the meta device.
@@ -110,6 +116,8 @@ def fused_attention(
     k: torch.Tensor,
     v: torch.Tensor,
     padding_mask: torch.Tensor | None = None,
+    *,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Causal attention through ``F.scaled_dot_product_attention``, equal to the explicit steps.
 
@@ -118,6 +126,8 @@ def fused_attention(
             heads than queries (grouped-query attention, chapter 13): each group of queries
             then shares one head of keys and values.
         padding_mask: True for real tokens, False for padding; None if all are real.
+        bias: added to the scaled scores before masking (ALiBi's -m_h (i - j)); None: no bias.
+            For one head (3-D q) broadcastable to (B, T, T), else to (B, h, T, T).
 
     Returns:
         The outputs; a query with no visible key outputs zeros (with zero gradients).
@@ -134,7 +144,10 @@ def fused_attention(
     if one_head:  # (B, T, d) -> (B, 1, T, d): the CPU flash kernel only takes 4-D input
         q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
     gqa = k.size(1) != q.size(1)  # a shape, not a value: no device sync
-    if padding_mask is None:
+    if bias is not None:
+        bias = bias.unsqueeze(-3) if one_head and bias.dim() >= 3 else bias  # head axis
+        out = biased_attention(q, k, v, bias.to(q.dtype), padding_mask, gqa)
+    elif padding_mask is None:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
     elif q.device.type == "cpu":
         # The CPU flash kernel applies the causal rule and the key mask together: T booleans
@@ -146,6 +159,39 @@ def fused_attention(
             k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
         out = general_masked_attention(q, k, v, padding_mask)
     return out.squeeze(1) if one_head else out
+
+
+def biased_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
+                     padding_mask: torch.Tensor | None, gqa: bool) -> torch.Tensor:
+    """SDPA with a float bias as ``attn_mask``, causal, padded keys at -inf, empty rows zero.
+
+    On CPU ``is_causal=True`` goes with the float mask (the flash kernel takes both and skips
+    the tiles above the diagonal); elsewhere the causal rule is merged into the mask.
+
+    Shape:
+        q: (B, h, T, d_h); k, v: (B, h_kv, T, d_h); bias: broadcastable to (B, h, T, T)
+        -> (B, h, T, d_h)
+    """
+    T = q.size(-2)
+    mask = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))  # 4-D, as flash needs
+    if padding_mask is not None:
+        mask = mask.masked_fill(~key_mask(padding_mask), float("-inf"))  # (B, h, T, T)
+    if q.device.type == "cpu":
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=True,
+                                             enable_gqa=gqa)
+    else:
+        if gqa:
+            k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
+        blocked = causal_mask(T, device=q.device)  # (T, T) True = blocked
+        if padding_mask is not None:
+            empty = empty_rows(padding_mask)[:, None, :, None]  # (B, 1, T, 1)
+            blocked = blocked & ~empty  # an empty row sees every key (zeroed below)
+            mask = mask.masked_fill(empty, 0.0)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.masked_fill(
+            blocked, float("-inf")))
+    if padding_mask is None:
+        return out
+    return out.masked_fill(empty_rows(padding_mask)[:, None, :, None], 0.0)  # the empty-row rule
 
 
 def repeat_kv(x: torch.Tensor, n_heads: int) -> torch.Tensor:

@@ -36,6 +36,9 @@ class MultiHeadAttention(Attention):
         fused: compute steps 2-6 with PyTorch's fused kernel (same result, see chapter 11).
         n_kv_heads: key/value heads ``h_kv`` (grouped-query attention); must divide
             ``n_heads``. None gives one per query head; 1 is multi-query attention.
+        position, rope_base, rope_layout, rope_scaling: the position scheme, as in
+            :class:`attnbook.Attention` ("none", "rope" or "alibi"); RoPE turns every head's
+            q and k (d_head must be even), ALiBi gives head h its slope ``alibi_slopes(h)[h]``.
 
     Mask conventions: those of :class:`attnbook.Attention` (``mask`` True = blocked,
     ``padding_mask`` True = real token).
@@ -53,8 +56,11 @@ class MultiHeadAttention(Attention):
     """
 
     def __init__(self, d_model: int, context_length: int, n_heads: int, fused: bool = False,
-                 n_kv_heads: int | None = None):
-        super().__init__(d_model, context_length, fused=fused)
+                 n_kv_heads: int | None = None, position: str = "none",
+                 rope_base: float = 10000.0, rope_layout: str = "half", rope_scaling=None):
+        super().__init__(d_model, context_length, fused=fused, position=position,
+                         rope_base=rope_base, rope_layout=rope_layout, rope_scaling=rope_scaling,
+                         _heads=n_heads)
         if n_heads < 1 or d_model % n_heads != 0:
             raise ValueError(
                 f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
@@ -103,6 +109,7 @@ class MultiHeadAttention(Attention):
         x: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
         *,
+        positions: torch.Tensor | None = None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Every head attends from each token to the real tokens at or before it.
@@ -110,6 +117,8 @@ class MultiHeadAttention(Attention):
         Args:
             x: token vectors.
             padding_mask: True for real tokens, False for padding; None if all are real.
+            positions: integer positions (T,) or (B, T) for RoPE or ALiBi (see
+                :class:`attnbook.Attention`); None: 0 .. T - 1, skipping pads.
             return_weights: also return every head's attention weights.
 
         Returns:
@@ -123,9 +132,11 @@ class MultiHeadAttention(Attention):
             check_padding_mask(padding_mask, B, T)
 
         q, k, v = self.project_heads(x)  # (B, h, T, d_h), (B, h_kv, T, d_h) twice
+        q, k, bias = self.with_positions(q, k, padding_mask, positions)  # bias (B?, h, T, T)
         # The fused kernel never forms the weights: asking for them takes the explicit path.
         fused = self.fused and not return_weights
-        heads, weights = self.attend(q, k, v, padding_mask, fused=fused)  # (B, h, T, d_h), ...
+        heads, weights = self.attend(q, k, v, padding_mask, fused=fused,
+                                     bias=bias)  # (B, h, T, d_h), ...
         out = self.merge(heads)  # (B, T, d)
         return (out, weights) if return_weights else out
 
