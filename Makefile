@@ -101,8 +101,9 @@ figures: install
 
 # Teaching: student and instructor editions of every lab and their Otter-Grader autograders
 # (Gradescope zips with CPU torch and an attnbook wheel), in _build/classroom (scripts/classroom.py).
+# RELEASE=2027-spring also freezes the term's editions and checks in scripts/grading/releases/.
 classroom: install
-	$(BIN)/python scripts/classroom.py
+	$(BIN)/python scripts/classroom.py $(if $(RELEASE),--release $(RELEASE))
 
 # Grade hand-ins for marks (student folders or Canvas/Moodle/Gradescope downloads) into a new
 # dated folder under _build/grades: gradebook.csv, exercises.csv, feedback/, summary.md.

@@ -220,7 +220,8 @@ def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     folder, book, rows = graded
     old = ["mia", "nora"] if HISTORY else []
     assert sorted(book) == sorted(["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli",
-                                   "gus", "hana", "ivan", "kai", "lena", *old, "olga"])
+                                   "gus", "hana", "ivan", "kai", "lena", *old, "olga", "pia",
+                                   "quinn", "rosa", "sam", "tom"])
     header = list(next(iter(book.values())))
     assert header[:2] == ["student", "student_id"] and header[2:5] == LABS
     assert {"total", "possible", "review", "flags", "files", "editions"} <= set(header)
@@ -230,7 +231,7 @@ def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     assert len(rows) == len(book) * 9  # long form: every student x every exercise
     assert len(list((folder / "feedback").glob("*.md"))) == len(book)
     run = json.loads((folder / "run.json").read_text())
-    assert run["notebooks"] == 14 + len(old) and run["seed"] == 20261201
+    assert run["notebooks"] == 19 + len(old) and run["seed"] == 20261201
     assert run["releases"] == (["2026-autumn"] if HISTORY else [])
     assert all(r["edition"] for r in rows if r["file"])  # every graded exercise names it
 
@@ -359,6 +360,46 @@ def test_a_newer_edition_is_flagged_and_graded_as_far_as_the_checks_go(graded):
     assert book["olga"]["06_softmax"] == "3" and "06_softmax:newer-edition" in _flags(book, "olga")
     report = (graded[0] / "feedback" / "olga.md").read_text(encoding="utf-8")
     assert "edition 0123456789ab" in report and "git pull" in report
+
+
+@needs_kernel
+def test_the_common_mistakes_are_named_and_method_limits_applied(graded):
+    _, book, rows = graded
+    pia, quinn = _ex(rows, "pia", "06_softmax"), _ex(rows, "quinn", "06_softmax")
+    assert book["pia"]["06_softmax"] == "0" and book["quinn"]["06_softmax"] == "1"
+    assert "maximum of the whole matrix" in pia["softmax"][1]
+    assert "uses autograd" in pia["jacobian"][1] and "method" in pia["jacobian"][2]
+    assert "uses temperature_softmax" in pia["temperature"][1]
+    assert "row max taken without keepdim" in quinn["softmax"][1]
+    assert "uses softmax_jacobian" in quinn["jacobian"][1] and quinn["temperature"][0] == 1
+    rosa = _ex(rows, "rosa", "04_causal_mask")
+    assert book["rosa"]["04_causal_mask"] == "1" and "uses causal_mask" in rosa["causal_mask"][1]
+    assert "the attention weights" in rosa["masked_scores"][1]
+    sam, tom = _ex(rows, "sam", "07_weighted_sum"), _ex(rows, "tom", "07_weighted_sum")
+    assert book["sam"]["07_weighted_sum"] == "2" and ".values" in sam["hull_bound"][1]
+    assert book["tom"]["07_weighted_sum"] == "1"
+    assert "uses einsum" in tom["outputs"][1] and "hard-coded" in tom["hull_bound"][2]
+
+
+@needs_kernel
+def test_the_notebooks_own_checks_agree_with_the_grade(graded):
+    """Issue 31: what the practice check printed in the graded run says Correct exactly where
+    the grade is full, for every hand-in whose checks were not tampered with and whose edition
+    the grader has (a stale edition's old checks may say Correct: it is flagged instead)."""
+    _, _, rows = graded
+    compared = 0
+    for r in rows:
+        said = r["notebook_said"]
+        if not said or not r["file"] or {"tamper", "old-edition"} & set(r["flags"].split("; ")):
+            continue
+        full = float(r["points"]) == float(r["possible"])
+        assert said.startswith("Correct") == full, (r["student"], r["exercise"], said,
+                                                    r["feedback"])
+        compared += 1
+    assert compared >= 40
+    said = {(r["student"], r["exercise"]): r["notebook_said"] for r in rows}
+    assert said[("pia", "jacobian")].startswith("Right values, but jacobian_from_p uses")
+    assert said[("tom", "hull_bound")].startswith("Right values on the lab's input, but not")
 
 
 @needs_kernel

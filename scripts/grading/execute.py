@@ -39,6 +39,7 @@ class Run:
     timeouts: list[int]  # indices of cells stopped at their time limit
     raised: dict[str, str] = field(default_factory=dict)  # exercise -> its cell's error
     at_end: list[str] = field(default_factory=list)  # exercises captured after the last cell
+    said: dict[str, str] = field(default_factory=dict)  # exercise -> what its cell printed
     note: str = ""  # what stopped the run early, if anything
     seconds: float = 0.0
     network_off: bool = False
@@ -81,6 +82,9 @@ def run_notebook(nb, captures: list[Capture], folder: Path, limits: Limits,
                 break
             limit = min([c.seconds for c in at.get(i, []) if not c.at_end] or [cell_seconds])
             reply = kernel.run(cell.source, min(limit, left))
+            for c in at.get(i, []):  # the practice check's verdict, as the learner saw it
+                if not c.at_end:
+                    run.said[c.name] = (reply.stdout or "").strip()[-400:]
             if reply.status == "error":
                 run.errors.append((i, reply.error))
                 for c in at.get(i, []):

@@ -107,7 +107,7 @@ def write(folder: Path, students: list[StudentResult], labs: list[str]) -> dict:
     with open(folder / "exercises.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(["student", "student_id", "lab", "exercise", "points", "possible",
-                    "feedback", "flags", "file", "edition"])
+                    "feedback", "flags", "file", "edition", "notebook_said"])
         for s in students:
             for lab in labs:
                 r = s.labs[lab]
@@ -117,7 +117,7 @@ def write(folder: Path, students: list[StudentResult], labs: list[str]) -> dict:
                     codes = list(dict.fromkeys(lab_codes + v.flags))
                     w.writerow([s.student, s.student_id, lab, v.name, f"{v.points:g}",
                                 f"{v.possible:g}", v.message, "; ".join(codes),
-                                r.file, r.edition])
+                                r.file, r.edition, v.said])
     feedback = folder / "feedback"
     feedback.mkdir()
     names: dict[str, int] = {}

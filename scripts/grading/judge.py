@@ -46,6 +46,7 @@ class Verdict:
     possible: float
     message: str
     flags: list[str] = field(default_factory=list)
+    said: str = ""  # the last line the exercise cell printed when graded (its practice check)
 
 
 def config(path: Path = POINTS) -> dict:
@@ -357,7 +358,8 @@ def judge(lab: str, exercises, run: Run, cases: dict, cfg: dict, reference: Run 
         conf = exercise_config(cfg, lab, ex.name)
         possible = float(conf["points"])
         captured, event = run.captured.get(ex.name), run.events.get(ex.name)
-        v = Verdict(ex.name, 0.0, possible, "")
+        said = (run.said.get(ex.name) or "").strip().splitlines()
+        v = Verdict(ex.name, 0.0, possible, "", said=said[-1][:200] if said else "")
         if captured is None:
             note = run.note[:1].lower() + run.note[1:]
             v.message = (f"Not graded: {event}." if event else f"Not graded: {note}"

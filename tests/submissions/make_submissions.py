@@ -37,6 +37,34 @@ RIGHT = {
     "jacobian_from_p": "    return torch.diag(p) - p[:, None] * p[None, :]",
     "tempered_softmax": "    scaled = s / tau\n    return stable_softmax(scaled)",
 }
+# The common mistakes of issue 31 and answers that break a method limit or are typed in.
+MORE = {
+    "pia/06_softmax.ipynb": {
+        "softmax_rows": "    z = S - S.max()\n    return z.exp() / z.exp().sum(-1, keepdim=True)",
+        "jacobian_from_p": "    s = p.log()\n"
+                           "    return torch.autograd.functional.jacobian(stable_softmax, s)",
+        "tempered_softmax": "    return temperature_softmax(s, tau)"},
+    "quinn/06_softmax.ipynb": {
+        "softmax_rows": "    z = S - S.amax(dim=-1)\n"
+                        "    return z.exp() / z.exp().sum(-1, keepdim=True)",
+        "jacobian_from_p": "    return softmax_jacobian(p)",
+        "tempered_softmax": "    z = s / tau\n    z = z - z.max()\n"
+                            "    return z.exp() / z.exp().sum()"},
+    "rosa/04_causal_mask.ipynb": {
+        "my_causal_mask": "    import attnbook\n    return attnbook.causal_mask(T)",
+        "masked_scores": "    T = s.shape[-1]\n"
+                         "    future = torch.ones(T, T, dtype=torch.bool).triu(1)\n"
+                         "    return torch.softmax(s.masked_fill(future, float('-inf')), dim=-1)",
+        "changed_outputs": "    return [i >= j for i in range(T)]"},
+    "sam/07_weighted_sum.ipynb": {
+        "outputs": "    return w @ v", "hull_bound": "    return torch.cummax(V[:, 0], dim=0)",
+        "permuted_outputs": "    return y[perm]"},
+    "tom/07_weighted_sum.ipynb": {
+        "outputs": "    return torch.einsum('ij,jd->id', w, v)",
+        "hull_bound": "    return torch.tensor([0.5, 0.5, 1.5, 1.5, 2.5], dtype=V.dtype)",
+        "permuted_outputs": "    return y[perm]"},
+}
+
 # Typical mistakes, each of which a check names.
 MISTAKES = {
     "my_causal_mask": "    return torch.tril(torch.ones(T, T, dtype=torch.bool))",
@@ -83,6 +111,16 @@ CASES = {
     "olga/06_softmax.ipynb": "a newer edition than the grader's (stamped with an edition and "
                              "a commit this checkout lacks), answered right: 3 / 3 by the "
                              "current checks, newer-edition",
+    "pia/06_softmax.ipynb": "the global maximum instead of each row's, the Jacobian by "
+                            "autograd, temperature_softmax: 0 / 3; the mistake named, the "
+                            "method limits applied (the notebook said 'Right values, but')",
+    "quinn/06_softmax.ipynb": "amax without keepdim, softmax_jacobian, a right tempered "
+                              "softmax: 1 / 3, keepdim named, method",
+    "rosa/04_causal_mask.ipynb": "attnbook.causal_mask, the weights returned instead of the "
+                                 "masked scores, a right third: 1 / 3, method, both named",
+    "sam/07_weighted_sum.ipynb": "torch.cummax without .values in the bound: 2 / 4, named",
+    "tom/07_weighted_sum.ipynb": "einsum (ruled out) and a typed-in list for the bound: 1 / 4, "
+                                 "method and hard-coded, in the notebook as in the grade",
     "kai/07_weighted_sum.ipynb": "turns interrupts off in an endless loop in the last exercise: "
                                  "3 / 4 (the first two count), that kernel stopped and said so",
     "Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb": "Moodle folder, three "
@@ -267,6 +305,8 @@ def build(out: Path) -> dict[str, str]:
                      "torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self).bool()")
     files["lena/06_softmax.ipynb"] = lena
 
+    for rel, answers in MORE.items():
+        files[rel] = _fill(editions[rel.split("/")[1].removesuffix(".ipynb")], answers)
     for who, lab in (("mia", "06_softmax"), ("nora", "04_causal_mask")):
         old = old_edition(lab)
         if old is not None:  # a shallow clone lacks the history: the case is left out
