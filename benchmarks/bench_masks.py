@@ -194,21 +194,22 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true", help="skip part (c)")
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    print(f"torch {torch.__version__}; {conditions()}\n", flush=True)
     if args.quick:
-        lengths = lognormal_lengths(6, 24, 1.0, 4, 96)
-        a = part_a(lengths, 16, 16, 2, args.threads)
-        b = part_b(256, 16, [32], 2, args.threads)
-        c = None if args.no_compile else part_c(256, 16, 2, args.threads)
+        sizes = dict(lengths=lognormal_lengths(6, 24, 1.0, 4, 96), d=16, block=16, T=256,
+                     blocks=[32], repeats=2)
     else:
-        lengths = lognormal_lengths(16, 160, 1.0, 16, 1024)
-        a = part_a(lengths, 64, 128, 5, args.threads)
-        b = part_b(2048, 64, [64, 128], 3, args.threads)
-        c = None if args.no_compile else part_c(2048, 64, 5, args.threads)
-    print(f"torch {torch.__version__}; {conditions()}\n")
-    print("## (a) Padded versus packed\n\n" + a + "\n")
-    print("## (b) Skipping empty tiles\n\n" + b + "\n")
-    print("## (c) Compiled FlexAttention\n\n" + (c or "skipped (--no-compile)") + "\n")
-
+        sizes = dict(lengths=lognormal_lengths(12, 128, 1.0, 16, 1024), d=64, block=128,
+                     T=1024, blocks=[64, 128], repeats=3)
+    print("## (a) Padded versus packed\n\n" + part_a(sizes["lengths"], sizes["d"],
+                                                      sizes["block"], sizes["repeats"],
+                                                      args.threads) + "\n", flush=True)
+    print("## (b) Skipping empty tiles\n\n" + part_b(sizes["T"], sizes["d"], sizes["blocks"],
+                                                      sizes["repeats"], args.threads) + "\n",
+          flush=True)
+    c = "skipped (--no-compile)" if args.no_compile else part_c(sizes["T"], sizes["d"],
+                                                                sizes["repeats"], args.threads)
+    print("## (c) Compiled FlexAttention\n\n" + c + "\n", flush=True)
 
 if __name__ == "__main__":
     main()
