@@ -123,7 +123,11 @@ def test_a_release_freezes_the_editions_and_is_never_overwritten(tmp_path):
     assert student.metadata["attnbook"]["release"] == "t1"
     assert meta["labs"]["04_causal_mask"]["exercises"] == student.metadata["attnbook"][
         "exercises"]
-    assert (tmp_path / "r" / "t1" / "attnbook" / "exercises" / "causal_mask.py").exists()
+    import tarfile
+
+    with tarfile.open(tmp_path / "r" / "t1" / "release.tar.gz") as tar:
+        names = tar.getnames()
+    assert {"attnbook/exercises/causal_mask.py", "student/04_causal_mask.ipynb"} <= set(names)
     [frozen] = editions.releases(tmp_path / "r")
     assert frozen.id == meta["labs"]["04_causal_mask"]["exercises"]
     assert all(ex.module.startswith("attnbook_release_t1.") for ex in frozen.exercises)

@@ -5,8 +5,9 @@ lab, a content id of its exercises, the attnbook version and commit, and the ter
 ``make classroom RELEASE=name`` freezes a term's editions into ``scripts/grading/releases/name``:
 
     release.json     the release's name, library (version, commit) and, per lab, its edition id
-    student/*.ipynb  the student editions handed out
-    attnbook/        the library's code as it was (its checkers among it)
+    release.tar.gz   student/*.ipynb, the student editions handed out, and attnbook/, the
+                     library's code as it was (its checkers among it): an archive, so that
+                     linters and test runners leave the frozen code alone
 
 A hand-in of the current edition is graded with the current checks; one of a frozen release's
 edition with that release's checkers (its package loaded under another name, so both live in one
@@ -78,6 +79,20 @@ def load_package(folder: Path, alias: str):
     return module
 
 
+def _unpack(archive: Path) -> Path:
+    """A release's archive, unpacked into a folder that lives as long as this process."""
+    import atexit
+    import shutil
+    import tarfile
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="attnbook-release-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder, filter="data")
+    return folder
+
+
 def releases(root: Path = RELEASES) -> list[Edition]:
     """Every frozen edition under ``root``, its checkers loaded (a broken release is skipped
     with a warning on stderr)."""
@@ -87,13 +102,14 @@ def releases(root: Path = RELEASES) -> list[Edition]:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         alias = _alias(meta["name"])
         try:
-            load_package(folder / "attnbook", alias)
+            unpacked = _unpack(folder / "release.tar.gz")
+            load_package(unpacked / "attnbook", alias)
         except Exception as err:  # noqa: BLE001 (a release made elsewhere may not import)
             print(f"warning: release {meta['name']} cannot be loaded ({err}); skipped",
                   file=sys.stderr)
             continue
         for lab, info in meta["labs"].items():
-            student = nbformat.read(folder / "student" / f"{lab}.ipynb", as_version=4)
+            student = nbformat.read(unpacked / "student" / f"{lab}.ipynb", as_version=4)
             exercises = classroom.find_exercises(student)
             for ex in exercises:
                 ex.module = ex.module.replace("attnbook", alias, 1)
@@ -182,7 +198,7 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
 
 def write_release(folder: Path, labs: dict, library: dict, name: str,
                   package: Path | None = None) -> dict:
-    """Freeze a term's editions: ``folder``/release.json, student/, attnbook/ (see above).
+    """Freeze a term's editions: ``folder``/release.json and release.tar.gz (see above).
 
     Args:
         folder: the release's folder (must not exist: a release is never overwritten).
@@ -194,18 +210,23 @@ def write_release(folder: Path, labs: dict, library: dict, name: str,
     Returns:
         release.json's content.
     """
-    import shutil
+    import io
+    import tarfile
 
     package = package or classroom.ROOT / "src" / "attnbook"
     folder.mkdir(parents=True)
-    (folder / "student").mkdir()
-    shutil.copytree(package, folder / "attnbook", ignore=shutil.ignore_patterns(
-        "__pycache__", "*.pyc", "*.egg-info"))
     meta = {"name": name, "library": library, "labs": {}}
-    for lab, (student, exercises, edition) in sorted(labs.items()):
-        nbformat.write(student, folder / "student" / f"{lab}.ipynb")
-        meta["labs"][lab] = {"exercises": edition,
-                             "points": {ex.name: ex.points for ex in exercises}}
+    with tarfile.open(folder / "release.tar.gz", "w:gz") as tar:
+        for path in sorted(package.rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                tar.add(path, arcname=str(Path("attnbook") / path.relative_to(package)))
+        for lab, (student, exercises, edition) in sorted(labs.items()):
+            data = nbformat.writes(student).encode("utf-8")
+            info = tarfile.TarInfo(f"student/{lab}.ipynb")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+            meta["labs"][lab] = {"exercises": edition,
+                                 "points": {ex.name: ex.points for ex in exercises}}
     (folder / "release.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
     return meta
 
