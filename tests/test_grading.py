@@ -564,3 +564,24 @@ def test_a_cell_that_ignores_interrupts_is_stopped_with_its_kernel(tmp_path, mon
                            "while True:\n    pass", timeout=2)
         assert reply.status == "dead" and "did not stop" in reply.error
         assert not kernel.alive() and kernel.run("1", 5).status == "dead"
+
+
+def test_an_unstamped_notebook_is_recognised_by_its_cells():
+    """Before editions were stamped: the current lab by its functions, else an old edition."""
+    lab = _lab("06_softmax")
+    exercises = classroom.find_exercises(lab)
+    now = editions.Edition("06_softmax", "current-id", exercises)
+    student = classroom.student_edition(lab, exercises)  # no lab given: no stamp
+    assert "attnbook" not in student.metadata
+    assert editions.identify(student, "06_softmax", now, []) == (now, None)
+    # One exercise deleted: still the current edition, graded exercise by exercise.
+    student.cells = [c for c in student.cells if "def softmax_rows(" not in c.source]
+    assert editions.identify(student, "06_softmax", now, []) == (now, None)
+    # None of its functions: an edition the grader does not know.
+    student.cells = [c for c in student.cells if "def " not in c.source]
+    edition, flag = editions.identify(student, "06_softmax", now, [])
+    assert edition is now and flag.code == "old-edition" and "current-id" in flag.text
+    # Stamped with an id and a commit this checkout lacks: newer (or another fork's).
+    student.metadata["attnbook"] = {"lab": "06_softmax", "exercises": "feedfeedfeed",
+                                    "commit": "0" * 40, "version": "9"}
+    assert editions.identify(student, "06_softmax", now, [])[1].code == "newer-edition"

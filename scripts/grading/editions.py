@@ -168,7 +168,9 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
         return now, None
     match = next((e for e in mine if e.id == stamped), None) if stamped else None
     if match is None and not stamped:  # unstamped (made before editions were): by its cells
-        if all(_present(nb, ex) for ex in now.exercises):
+        # Any of the current exercises there: the current edition, an exercise or two deleted
+        # (graded and explained one by one); none of them: an edition of another time.
+        if any(_present(nb, ex) for ex in now.exercises) or not now.exercises:
             return now, None
         match = next((e for e in mine if all(_present(nb, ex) for ex in e.exercises)), None)
     if match is not None:
