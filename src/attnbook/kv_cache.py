@@ -20,6 +20,19 @@ holds ``context_length`` tokens and refuses more. A window cache lets each query
 rolling buffer is for (a model with learned positions still stops at its position table,
 :meth:`attnbook.TinyModel.step`).
 
+Positions (chapter 20). Keys are cached already rotated (RoPE) at their absolute positions,
+so a step rotates only its new query and key. A new token's position is the number of real
+tokens before it in its sequence: without padding that is ``cache.length``; with padding the
+position ids skip the pads (``cumsum(padding_mask) - 1``, clamped at 0, as
+:func:`attnbook.positions.default_positions`). We chose this convention because it makes a
+left-padded prompt behave exactly as the same prompt unpadded, for every scheme (the learned
+table included), and it is what the full forward pass uses by default, so the cache equals
+recompute. (RoPE and ALiBi depend only on differences, so for left padding any shift would do;
+padding in the middle of a sequence is where the choice shows: distances then count real
+tokens only.) ALiBi in a cached step uses the absolute distance p_i - p_j between the new
+query's and each cached key's position ids, stored beside the keys; the sliding-window cache
+keeps absolute positions too (a token at position 1000 is rotated by 1000, not by its slot).
+
 Every masked SDPA call here follows the library's empty-row rule (as :mod:`attnbook.fused`):
 a query that sees no real key outputs zeros, whatever a kernel does with an all-blocked row.
 """
@@ -38,6 +51,7 @@ from .checks import check_input, check_padding_mask
 from .fused import fused_attention, key_mask, repeat_kv
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
+from .positions import apply_rope
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
@@ -77,9 +91,13 @@ class KVCache:
             A window cache has exactly ``window`` slots and takes any number of tokens.
         padded: True once tokens were appended with a padding mask (even one of all True).
             While it is False every cached key is real, so steps need no key mask at all.
+        positions: the position id of the token in each slot (real tokens before it in its
+            sequence; see the module docstring), for RoPE and ALiBi.
+        seen: real tokens appended so far, per sequence: the next token's position.
 
     Shape:
-        k, v: (B, h_kv, capacity, d_h); real: (B, capacity), capacity = window with a window
+        k, v: (B, h_kv, capacity, d_h); real, positions: (B, capacity), capacity = window
+        with a window; seen: (B,)
     """
 
     k: torch.Tensor
@@ -88,6 +106,26 @@ class KVCache:
     length: int = 0
     window: int | None = None
     padded: bool = False
+    positions: torch.Tensor | None = None
+    seen: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        B, device = self.k.size(0), self.k.device
+        if self.positions is None:
+            self.positions = torch.zeros(B, self.k.size(2), dtype=torch.long, device=device)
+        if self.seen is None:
+            self.seen = torch.zeros(B, dtype=torch.long, device=device)
+
+    def next_positions(self, real_new: torch.Tensor | None, t: int) -> torch.Tensor:
+        """Position ids of ``t`` new tokens: the number of real tokens before each (pads get
+        the last real one's, 0 before any), so a left-padded prompt is numbered as unpadded.
+
+        Shape:
+            real_new: (B, t) or None (all real) -> (B, t) long
+        """
+        if real_new is None:
+            return self.seen[:, None] + torch.arange(t, device=self.seen.device)  # (B, t)
+        return (self.seen[:, None] + real_new.long().cumsum(dim=-1) - 1).clamp(min=0)
 
     @classmethod
     def empty(cls, batch: int, capacity: int, d_head: int, n_kv_heads: int = 1, *,
@@ -143,7 +181,8 @@ class KVCache:
         return self.k.nbytes + self.v.nbytes
 
     def append(self, k_new: torch.Tensor, v_new: torch.Tensor,
-               real_new: torch.Tensor | None = None) -> None:
+               real_new: torch.Tensor | None = None,
+               positions_new: torch.Tensor | None = None) -> None:
         """Store the keys and values of ``t`` new tokens after the ones already cached.
 
         With a window, token p goes to slot ``p % window`` (a ring buffer), overwriting the token
@@ -153,13 +192,17 @@ class KVCache:
             ValueError: without a window, if the tokens do not fit in the capacity.
 
         Shape:
-            k_new, v_new: (B, h_kv, t, d_h); real_new: (B, t) or None (all real)
+            k_new, v_new: (B, h_kv, t, d_h); real_new: (B, t) or None (all real);
+            positions_new: (B, t) or None (:meth:`next_positions`)
         """
         t = k_new.size(2)
         if self.window is None and self.length + t > self.capacity:
             raise ValueError(f"the cache holds {self.capacity} tokens (the module's "
                              f"context_length); {self.length} are used and {t} more do not "
                              "fit; a sliding-window cache (window=W) takes any length")
+        if positions_new is None:
+            positions_new = self.next_positions(real_new, t)  # (B, t)
+        self.seen = self.seen + (t if real_new is None else real_new.long().sum(dim=-1))
         self.padded = self.padded or real_new is not None
         real_new = True if real_new is None else real_new
         if self.window is None:
@@ -170,6 +213,8 @@ class KVCache:
             slots = slots[keep]  # of a long prompt only the last W tokens are kept
             k_new, v_new = k_new[:, :, keep], v_new[:, :, keep]
             real_new = real_new if isinstance(real_new, bool) else real_new[:, keep]
+            positions_new = positions_new[:, keep]
+        self.positions[:, slots] = positions_new
         self.k[:, :, slots] = k_new
         self.v[:, :, slots] = v_new
         self.real[:, slots] = real_new
@@ -240,28 +285,37 @@ def cached_attention(
                         f"{cache.k.dtype}; convert with x_new.to({cache.k.dtype})")
     t, start = x_new.size(1), cache.length
     q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
+    pos_new = cache.next_positions(padding_mask, t)  # (B, t): real tokens before each
+    if attn.position == "rope":  # keys are cached rotated: only the new ones turn
+        kw = {"base": attn.rope_base, "layout": attn.rope_layout, "scaling": attn.rope_scaling}
+        q, k_new = apply_rope(q, pos_new, **kw), apply_rope(k_new, pos_new, **kw)
+    alibi = None
+    if attn.position == "alibi":  # -m_h (p_i - p_j) with the absolute position ids
+        def alibi(key_pos):
+            return attn.alibi(pos_new, key_pos, q)  # (B, h, t, L)
     if cache.window is not None:
-        return attn.merge(window_step(q, k_new, v_new, cache, padding_mask))
-    cache.append(k_new, v_new, padding_mask)
+        return attn.merge(window_step(q, k_new, v_new, cache, padding_mask, pos_new, alibi))
+    cache.append(k_new, v_new, padding_mask, pos_new)
     L = cache.length
     k, v = cache.k[:, :, :L], cache.v[:, :, :L]  # (B, h_kv, L, d_h)
+    bias = None if alibi is None else alibi(cache.positions[:, :L])  # (B, h, t, L)
     keys = key_mask(cache.real[:, :L]) if cache.padded else None  # (B, 1, 1, L); None: all real
     # New tokens given without a padding mask are real, and each new query sees its own key, so
     # none of their rows can be empty: the empty-row rule (a few more operations) is skipped.
     own_key_real = padding_mask is None
     if start == 0:  # prefill: the prompt attends to itself (is_causal + key mask)
-        heads = fused_attention(q, k, v, padding_mask)
+        heads = fused_attention(q, k, v, padding_mask, bias=bias)
     elif t == 1:  # one new token sees every cached key: only padding is masked
-        heads = attend(q, k, v, keys, own_key_real=own_key_real)
+        heads = attend(q, k, v, keys, own_key_real=own_key_real, bias=bias)
     else:  # chunked prefill: the causal rows start .. start + t, aligned bottom-right
         allowed = ~attn.mask[start:L, :L]  # (t, L)
         allowed = allowed if keys is None else allowed & keys  # (B, 1, t, L) with padding
-        heads = attend(q, k, v, allowed, own_key_real=own_key_real)
+        heads = attend(q, k, v, allowed, own_key_real=own_key_real, bias=bias)
     return attn.merge(heads)  # (B, t, d)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None, *,
-           own_key_real: bool = False) -> torch.Tensor:
+           own_key_real: bool = False, bias: torch.Tensor | None = None) -> torch.Tensor:
     """SDPA with a bool mask (True = may attend) under the library's empty-row rule.
 
     A query row with no allowed key is made to see every key, so no kernel meets an all-blocked
@@ -275,12 +329,25 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Ten
         own_key_real: the caller knows that every query may see its own key and that key is
             real (new tokens given without padding), so no row can be empty and the rule's
             extra operations are skipped. A fact about the call, not read from the mask.
+        bias: added to the scaled scores (ALiBi); None: none. With a bias the mask is passed
+            as a float mask, the bias with -inf where ``allowed`` is False.
 
     Shape:
-        q: (B, h, t, d_h); k, v: (B, h_kv, L, d_h); allowed: broadcastable to (B, h, t, L)
-        -> (B, h, t, d_h)
+        q: (B, h, t, d_h); k, v: (B, h_kv, L, d_h); allowed and bias: broadcastable to
+        (B, h, t, L) -> (B, h, t, d_h)
     """
     gqa = k.size(1) != q.size(1)
+    if bias is not None:
+        bias = bias.to(q.dtype)
+        if allowed is None:
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, enable_gqa=gqa)
+        if own_key_real:
+            mask = bias.masked_fill(~allowed, float("-inf"))
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        empty = ~allowed.any(dim=-1, keepdim=True)  # (..., t, 1)
+        mask = bias.masked_fill(~(allowed | empty), float("-inf"))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=gqa)
+        return out.masked_fill(empty, 0.0)
     if allowed is None or own_key_real:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=gqa)
     empty = ~allowed.any(dim=-1, keepdim=True)  # (..., t, 1): rows that see no key
@@ -289,7 +356,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Ten
 
 
 def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache: KVCache,
-                padding_mask: torch.Tensor | None) -> torch.Tensor:
+                padding_mask: torch.Tensor | None, positions_new: torch.Tensor | None = None,
+                alibi: Callable | None = None) -> torch.Tensor:
     """Sliding-window attention of ``t`` new tokens against the ring and each other.
 
     Prefill, one token and chunks are one computation: the keys are the ring's (at most W
@@ -297,10 +365,12 @@ def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache
     position p when ``0 <= start + i - p < W`` and the key is real. The attention runs before
     the new tokens are written, because writing them overwrites slots an early query of the
     chunk still needs. Slot r holds the latest position p < start with p % W == r.
+    ``positions_new`` are the new tokens' position ids (stored with them); ``alibi`` maps the
+    keys' position ids (B, n + t) to ALiBi's bias (None: no bias).
 
     Shape:
-        q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h); padding_mask: (B, t) or None
-        -> (B, h, t, d_h)
+        q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h); padding_mask: (B, t) or None;
+        positions_new: (B, t) -> (B, h, t, d_h)
     """
     t, start, W, n = q.size(2), cache.length, cache.window, cache.filled()
     device = q.device
@@ -314,8 +384,11 @@ def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache
     allowed = (behind >= 0) & (behind < W) & key_mask(real)  # (B, 1, t, n + t)
     k = torch.cat([cache.k[:, :, :n], k_new], dim=2)  # (B, h_kv, n + t, d_h)
     v = torch.cat([cache.v[:, :, :n], v_new], dim=2)
-    out = attend(q, k, v, allowed, own_key_real=padding_mask is None)
-    cache.append(k_new, v_new, padding_mask)
+    bias = None
+    if alibi is not None:
+        bias = alibi(torch.cat([cache.positions[:, :n], positions_new], dim=1))  # (B, h, t, n+t)
+    out = attend(q, k, v, allowed, own_key_real=padding_mask is None, bias=bias)
+    cache.append(k_new, v_new, padding_mask, positions_new)
     return out
 
 
@@ -331,11 +404,15 @@ def window_mask(T: int, window: int, device=None) -> torch.Tensor:
 
 
 def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                     padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+                     padding_mask: torch.Tensor | None = None,
+                     bias: torch.Tensor | None = None) -> torch.Tensor:
     """The explicit definition of sliding-window attention: steps 2 to 6 with a banded mask.
 
+    ``bias`` (ALiBi) is added to the scaled scores before the mask.
+
     Shape:
-        q: (B, h, T, d_h), k, v: (B, h_kv, T, d_h); padding_mask: (B, T) -> (B, h, T, d_h)
+        q: (B, h, T, d_h), k, v: (B, h_kv, T, d_h); padding_mask: (B, T); bias: broadcastable
+        to (B, h, T, T) -> (B, h, T, d_h)
     """
     if k.size(1) != q.size(1):
         k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))
@@ -343,6 +420,8 @@ def window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: 
     if padding_mask is not None:
         blocked = blocked | ~padding_mask[:, None, None, :]  # (B, 1, T, T)
     scores = scale_scores(attention_scores(q, k), q.size(-1))  # (B, h, T, T)
+    if bias is not None:
+        scores = scores + bias
     return weighted_sum(masked_softmax(scores, blocked).to(v.dtype), v)  # float32 scores if half
 
 

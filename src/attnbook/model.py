@@ -1,6 +1,7 @@
 """A tiny decoder-only model built from attnbook's attention: embeddings, blocks, a readout.
 
-Token embedding + position embedding -> ``n_layers`` blocks -> LayerNorm -> linear readout to
+Token embedding (+ a position table, for the learned and sinusoidal schemes) -> ``n_layers``
+blocks (RoPE and ALiBi act inside each block's attention) -> LayerNorm -> linear readout to
 one logit per vocabulary entry. Each block is pre-norm: x + attn(norm(x)), then
 x + mlp(norm(x)). Residuals let a layer add to what the layers before it wrote instead of
 replacing it; the norms keep each layer's input at a steady scale; the MLP gives each token a
@@ -18,6 +19,7 @@ from torch import nn
 
 from .kv_cache import KVCache, cached_attention
 from .multihead import MultiHeadAttention
+from .positions import POSITION_SCHEMES, check_scaling, sinusoidal_table
 
 
 @dataclass
@@ -31,8 +33,18 @@ class TinyConfig:
         n_heads: heads per attention layer (must divide d_model).
         n_layers: number of blocks.
         mlp: give each block an MLP (d -> 4d -> d) after its attention.
-        positions: add learned position embeddings (without them one causal layer sees only
-            the multiset of earlier tokens; a stack can recover some order, chapter 14).
+        position: where order enters (chapter 20), one of :data:`attnbook.positions.
+            POSITION_SCHEMES`: ``"learned"`` (a trained table added to the token vectors,
+            chapter 14; the default), ``"sinusoidal"`` (the fixed table of Vaswani et al.),
+            ``"rope"`` (q and k rotated in every layer), ``"alibi"`` (a linear bias on every
+            layer's scores) or ``"none"`` (one causal layer then sees only the multiset of
+            earlier tokens; a stack can recover some order, chapter 14).
+        positions: deprecated alias kept so older code runs unchanged: True means
+            ``position="learned"``, False ``position="none"`` (it overrides ``position`` when
+            that is one of these two, and refuses any other); it is None after construction.
+        rope_base, rope_scaling: RoPE's base and its scaling for long sequences (see
+            :func:`attnbook.positions.apply_rope`); each block's ``attn.rope_scaling`` may
+            also be changed after training.
         fused: run attention on the fused path (chapter 11) unless weights are asked for.
         n_kv_heads: key/value heads per layer (grouped-query attention, chapter 13); None
             means one per query head.
@@ -44,11 +56,27 @@ class TinyConfig:
     n_heads: int = 4
     n_layers: int = 2
     mlp: bool = True
-    positions: bool = True
+    positions: bool | None = None
     fused: bool = True
     n_kv_heads: int | None = None
+    position: str = "learned"
+    rope_base: float = 10000.0
+    rope_scaling: tuple | None = None
 
     def __post_init__(self) -> None:
+        if self.positions is not None:  # the old flag: map it to the scheme it meant
+            if not isinstance(self.positions, bool):
+                raise ValueError(f"positions (deprecated; use position=) must be True or "
+                                 f"False, got {self.positions!r}")
+            if self.position not in ("learned", "none"):  # the two the flag can say
+                raise ValueError(f"give position={self.position!r} alone: positions= is the "
+                                 "deprecated flag for 'learned' (True) or 'none' (False)")
+            self.position = "learned" if self.positions else "none"
+            self.positions = None
+        if self.position not in POSITION_SCHEMES:
+            raise ValueError(f"position must be one of {POSITION_SCHEMES}, got "
+                             f"{self.position!r}")
+        check_scaling(self.rope_scaling)
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -67,23 +95,29 @@ class Block(nn.Module):
         super().__init__()
         d = config.d_model
         self.norm1 = nn.LayerNorm(d)
+        inside = config.position if config.position in ("rope", "alibi") else "none"
         self.attn = MultiHeadAttention(d, config.context_length, config.n_heads,
-                                       fused=config.fused, n_kv_heads=config.n_kv_heads)
+                                       fused=config.fused, n_kv_heads=config.n_kv_heads,
+                                       position=inside, rope_base=config.rope_base,
+                                       rope_scaling=config.rope_scaling)
         self.mlp = None
         if config.mlp:
             self.norm2 = nn.LayerNorm(d)
             self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
 
     def forward(self, x: torch.Tensor, *, return_weights: bool = False,
-                cache: KVCache | None = None):
-        """One block; with ``cache``, ``x`` holds only the new tokens (:meth:`TinyModel.step`)."""
+                cache: KVCache | None = None, positions: torch.Tensor | None = None):
+        """One block; with ``cache``, ``x`` holds only the new tokens (:meth:`TinyModel.step`).
+
+        ``positions`` go to the attention (RoPE, ALiBi); None: 0 .. T - 1."""
         weights = None
         if cache is not None:
             a = cached_attention(self.attn, self.norm1(x), cache)  # (B, t, d)
         elif return_weights:  # the weights exist only on the explicit path
-            a, weights = self.attn(self.norm1(x), return_weights=True)  # (B, T, d), (B, h, T, T)
+            a, weights = self.attn(self.norm1(x), positions=positions,
+                                   return_weights=True)  # (B, T, d), (B, h, T, T)
         else:
-            a = self.attn(self.norm1(x))  # (B, T, d), fused unless config.fused is False
+            a = self.attn(self.norm1(x), positions=positions)  # (B, T, d), fused by default
         x = x + a  # the residual: attention adds to the token's vector
         if self.mlp is not None:
             x = x + self.mlp(self.norm2(x))  # (B, T, d)
@@ -105,8 +139,8 @@ class TinyModel(nn.Module):
         super().__init__()
         self.config = config
         self.tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.positions = None
-        if config.positions:
+        self.positions = None  # the learned table (None for every other scheme)
+        if config.position == "learned":
             self.positions = nn.Embedding(config.context_length, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layers))
         self.norm = nn.LayerNorm(config.d_model)
@@ -134,35 +168,53 @@ class TinyModel(nn.Module):
             raise ValueError(f"token ids must be between 0 and vocab_size - 1 = {V - 1}, got "
                              f"values from {int(idx.min())} to {int(idx.max())}")
 
-    def embed(self, idx: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token vector plus the vector of its position (``start`` onwards): (B, T) -> (B, T, d)."""
+    def embed(self, idx: torch.Tensor, start: int = 0,
+              positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Token vector plus the vector of its position (``start`` onwards, or ``positions``)
+        for the learned and sinusoidal schemes: (B, T) -> (B, T, d)."""
         x = self.tokens(idx)  # (B, T, d)
-        if self.positions is not None:
+        if self.config.position in ("learned", "sinusoidal"):
             T = idx.size(1)
-            pos = torch.arange(start, start + T, device=idx.device)
-            x = x + self.positions(pos)  # (T, d) broadcasts
+            pos = (torch.arange(start, start + T, device=idx.device) if positions is None
+                   else positions.to(idx.device))  # (T,) or (B, T)
+            if self.positions is not None:
+                if pos.numel() and int(pos.max()) >= self.config.context_length:
+                    raise ValueError(
+                        f"position {int(pos.max())} does not exist: the model learned a table "
+                        f"of context_length={self.config.context_length} position vectors")
+                x = x + self.positions(pos)  # (T, d) broadcasts
+            else:
+                table = sinusoidal_table(int(pos.max()) + 1 if pos.numel() else 0,
+                                         self.config.d_model, dtype=x.dtype).to(x.device)
+                x = x + table[pos]  # (T, d) or (B, T, d)
         return x
 
-    def forward(self, idx: torch.Tensor, *, return_weights: bool = False):
+    def forward(self, idx: torch.Tensor, *, return_weights: bool = False,
+                positions: torch.Tensor | None = None):
         """Next-token logits for every position.
 
         Args:
             idx: token ids.
             return_weights: also return each layer's attention weights.
+            positions: integer positions (T,) or (B, T) of the tokens, for every scheme
+                (the table's rows, or RoPE's and ALiBi's positions); None: 0 .. T - 1.
 
         Returns:
             ``logits`` (B, T, V), and with ``return_weights=True`` a list of ``n_layers``
             tensors of shape (B, h, T, T).
         """
         self.check_ids(idx)
-        x = self.embed(idx)  # (B, T, d)
+        if positions is not None and (positions.is_floating_point()
+                                      or positions.dtype == torch.bool):
+            raise TypeError(f"positions must be integers, got dtype {positions.dtype}")
+        x = self.embed(idx, positions=positions)  # (B, T, d)
         weights = []
         for block in self.blocks:
             if return_weights:
-                x, w = block(x, return_weights=True)  # (B, T, d), (B, h, T, T)
+                x, w = block(x, return_weights=True, positions=positions)  # (B, T, d), ...
                 weights.append(w)
             else:
-                x = block(x)  # (B, T, d): no (T, T) weights formed on the fused path
+                x = block(x, positions=positions)  # (B, T, d): no (T, T) weights when fused
         logits = self.readout(self.norm(x))  # (B, T, V)
         return (logits, weights) if return_weights else logits
 
@@ -193,7 +245,8 @@ class TinyModel(nn.Module):
             raise ValueError(
                 f"positions {start} .. {start + t - 1} do not exist: the model learned "
                 f"context_length={self.config.context_length} position vectors; generate at "
-                "most that many tokens, or use a model without positions (positions=False)")
+                "most that many tokens, or use a model without a position table "
+                "(position='none', 'rope' or 'alibi')")
         x = self.embed(idx_new, start=caches[0].length)  # (B, t, d)
         for block, cache in zip(self.blocks, caches):
             x = block(x, cache=cache)  # (B, t, d)

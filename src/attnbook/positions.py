@@ -167,7 +167,9 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
     else:
         a, b = xf[..., 0::2], xf[..., 1::2]  # pair c: (2c, 2c + 1)
         out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
-    return out.to(x.dtype)
+    # contiguous: elementwise ops may keep an odd stride order (last stride != 1 for d_h = 2),
+    # which SDPA's CPU flash kernel refuses
+    return out.to(x.dtype).contiguous()
 
 
 def layout_permutation(d_h: int) -> torch.Tensor:
