@@ -371,3 +371,21 @@ def test_absolute_positions_need_restarting_rope_does_not():
                                   block_size=4)
             for name, pos in (("global", torch.arange(T_row)), ("per_doc", packed.positions))}
     torch.testing.assert_close(rope["global"], rope["per_doc"], rtol=1e-10, atol=1e-10)
+
+
+def test_a_plan_built_once_is_reused():
+    from attnbook.online import tile_plan
+
+    q, k, v = (t.detach().requires_grad_() for t in _qkv(11))
+    mod = document_mod(DOC_IDS)
+    plan = tile_plan(q, k, None, True, 5, mod, softcap_mod(1.5))
+    out = tiled_attention(q, k, v, block_size=5, plan=plan)
+    ref = tiled_attention(q, k, v, block_size=5, mask_mod=mod, score_mod=softcap_mod(1.5))
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), q)[0],
+                               torch.autograd.grad(_explicit(q, k, v, mod, softcap_mod(1.5))
+                                                   .sum(), q)[0])
+    with pytest.raises(ValueError, match="either a plan or mask_mod"):
+        tiled_attention(q, k, v, block_size=5, plan=plan, mask_mod=mod)
+    with pytest.raises(ValueError, match="need another"):
+        tiled_attention(q, k, v, block_size=6, plan=plan)

@@ -94,6 +94,7 @@ def tiled_attention(
     score_mod: ScoreMod | None = None,
     skip_empty: bool = True,
     stats: dict | None = None,
+    plan: TilePlan | None = None,
 ) -> torch.Tensor:
     """Attention computed one (query block, key block) tile at a time, never forming (T, T).
 
@@ -126,6 +127,10 @@ def tiled_attention(
         stats: a dict that receives the forward's tile counts: ``tiles`` (all of them),
             ``computed``, ``skipped``, ``masked`` (computed with a mask) and ``full``
             (computed without one). See also :func:`tiled_work`.
+        plan: a :func:`tile_plan` built once for these sizes, mask_mod, score_mod, causal
+            rule and padding, reused across calls (layers, steps) instead of classifying the
+            tiles on every call, as FlexAttention reuses its block mask. It carries the mods,
+            so ``mask_mod`` and ``score_mod`` must then be None.
 
     Returns:
         The outputs, equal to :meth:`attnbook.Attention.attend` up to rounding, in q's dtype
@@ -154,7 +159,17 @@ def tiled_attention(
     if q.dim() == 4 and k.size(1) != q.size(1):  # grouped-query: repeat K, V for each group
         k, v = repeat_kv(k, q.size(1)), repeat_kv(v, q.size(1))  # (B, h, T_k, d_h)
     # Classify the tiles once; the forward and the backward both read the plan.
-    plan = tile_plan(q, k, padding_mask, causal, block_size, mask_mod, score_mod, skip_empty)
+    if plan is None:
+        plan = tile_plan(q, k, padding_mask, causal, block_size, mask_mod, score_mod, skip_empty)
+    elif mask_mod is not None or score_mod is not None:
+        raise ValueError("pass either a plan or mask_mod / score_mod: the plan already holds "
+                         "the mods it was built with")
+    elif (len(plan.tiles), len(plan.tiles[0]) if plan.tiles else 0) != (
+            -(-q.size(-2) // block_size), -(-k.size(-2) // block_size) if q.size(-2) else 0):
+        raise ValueError(f"the plan has {len(plan.tiles)} x "
+                         f"{len(plan.tiles[0]) if plan.tiles else 0} tiles, but T_q = "
+                         f"{q.size(-2)}, T_k = {k.size(-2)} with block_size = {block_size} "
+                         "need another: build it with tile_plan for these sizes")
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if needs_grad and recompute:
         if _captures_grad(score_mod):
