@@ -64,7 +64,7 @@ book: install-book assets
 	$(BIN)/jupyter-book build . $(if $(shell find _assets package-lock.json -newer \
 	  _build/html/index.html 2>/dev/null | head -n 1),--all)
 
-test: install lint unit nbval nbval-other-cpu colab site browser
+test: install lint unit triton36 nbval nbval-other-cpu colab site browser
 
 lint: install
 	$(BIN)/ruff check .
@@ -78,6 +78,23 @@ nbval: install
 # The same comparison on another CPU's code paths: stored outputs must not depend on the CPU.
 nbval-other-cpu: install
 	$(OTHER_CPU) $(BIN)/python -m pytest $(NBVAL)
+
+# Part VI under the Triton a Colab GPU runtime ships (3.6.0; requirements-triton36.txt) next to
+# the pinned CPU torch: every launch compiled for sm75/80/90 and the interpreter tests of the
+# kernels, as `unit` runs them under the pinned Triton (3.9).
+T36_VENV  := $(VENV)/triton36
+T36_STAMP := $(T36_VENV)/.installed-stamp
+T36_TESTS := tests/test_triton_compile.py tests/test_triton_attention.py tests/test_triton_io.py \
+	tests/test_decoding_trace.py tests/test_optional_triton.py tests/test_gpu_triton36.py
+
+$(T36_STAMP): requirements-triton36.txt pyproject.toml
+	test -x $(T36_VENV)/bin/python || $(PYTHON) -m venv $(T36_VENV)
+	$(T36_VENV)/bin/python -m pip install -q --no-compile -r requirements-triton36.txt -e .
+	touch $(T36_STAMP)
+
+.PHONY: triton36
+triton36: install $(T36_STAMP)
+	$(T36_VENV)/bin/python -m pytest -n 2 -p no:cacheprovider $(T36_TESTS)
 
 # Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel,
 # with Colab's own package versions (ipywidgets 7, its numpy and matplotlib, no Triton); one run.

@@ -115,20 +115,20 @@ def _signature(case: Case):
     cfg, d = case.config, case.d
     if case.kernel == "forward":
         fn = kernels.flash_forward_kernel
-        types = [t, t, t, t, "*fp32", "*i8", "fp32", "i32", "i32", "i32", "i32"] + ["i32"] * 9
+        types = [t, t, t, t, "*fp32", "*i8", "fp64", "i32", "i32", "i32", "i32"] + ["i32"] * 9
         const = {"CAUSAL": case.causal, "HAS_PAD": False, "PRECISION": case.precision,
                  "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d}
         strides = range(11, 20)
     elif case.kernel == "backward":
         fn = kernels.flash_backward_kernel
-        types = [t, t, t, t, "*fp32", "*fp32", "*fp32", t, t, "*i8", "fp32", "fp32", "i32",
+        types = [t, t, t, t, "*fp32", "*fp32", "*fp32", t, t, "*i8", "fp64", "fp64", "i32",
                  "i32", "i32", "i32"] + ["i32"] * 9
         const = {"CAUSAL": case.causal, "HAS_PAD": False, "PRECISION": case.precision,
                  "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d}
         strides = range(16, 25)
     elif case.kernel == "decode split":
         fn = kernels.flash_decoding_split_kernel
-        types = [t, t, t, "*fp32", "*fp32", "*i8", "fp32", "i32", "i32", "i32", "i32"] + \
+        types = [t, t, t, "*fp32", "*fp32", "*i8", "fp64", "i32", "i32", "i32", "i32"] + \
             ["i32"] * 8
         const = {"HAS_PAD": False, "PRECISION": case.precision, "BLOCK_N": cfg.block_n,
                  "G_PAD": 16, "D": d, "D_PAD": d}
@@ -171,6 +171,22 @@ def compile_case(case: Case) -> Result:
             else "fma"
     return Result(case, compiled.metadata.shared, SHARED_LIMIT[case.arch], registers, spills,
                   kind)
+
+
+def kernel_ir(case: Case, stage: str = "ttir") -> str:
+    """One case compiled for its architecture: the text of one stage (``"ttir"``, ``"ttgir"``,
+    ``"llir"``, ``"ptx"``), e.g. to check that pointer offsets are 64-bit."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn, signature, const, attrs = _signature(case)
+    with contextlib.redirect_stdout(io.StringIO()):
+        compiled = triton.compile(
+            ASTSource(fn=fn, signature=signature, constexprs=const, attrs=attrs),
+            target=GPUTarget("cuda", case.arch, 32),
+            options={"num_warps": case.config.num_warps, "num_stages": case.config.num_stages})
+    return compiled.asm[stage]
 
 
 def _ptxas_log(ptx: str, arch_number: int) -> str:

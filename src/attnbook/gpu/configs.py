@@ -114,6 +114,30 @@ def decoding_config(arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfi
     return launch_config("decode", arch, dtype, d)
 
 
+def smaller_config(kernel: str, arch: int | None, dtype: torch.dtype, d: int,
+                   current: LaunchConfig) -> LaunchConfig | None:
+    """The next smaller launch of :data:`TABLE` for ``kernel`` on ``arch``'s row, or None.
+
+    What :func:`attnbook.gpu.flash.launch_with_fallback` retries with when a launch fails with
+    ``OutOfResources`` (another Triton release or another GPU may need more shared memory than
+    the compile check measured): the table's configurations for this kernel and architecture,
+    float32's (wider tiles) included, ordered by the shared memory they hold, ``block_m ·
+    block_n · num_stages``; the largest one below ``current`` (ties: fewer stages first).
+    ``d`` and ``dtype`` are part of the call so that a caller need not know the ordering.
+    """
+    del dtype, d  # every row of the architecture's kernel is a candidate
+    if arch is None:  # the interpreter has no shared memory to run out of
+        return None
+    family = 75 if arch < 80 else 80
+
+    def size(c: LaunchConfig) -> tuple[int, int]:
+        return (c.block_m * c.block_n * c.num_stages, c.block_m * c.block_n)
+
+    rows = {c for (a, k, _, _), c in TABLE.items() if a == family and k == kernel}
+    below = [c for c in rows if size(c) < size(current)]
+    return max(below, key=size) if below else None
+
+
 def default_precision(arch: int | None, dtype: torch.dtype) -> str:
     """``tl.dot``'s input precision for float32 when the caller does not choose one.
 

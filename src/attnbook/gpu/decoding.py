@@ -14,7 +14,15 @@ import torch
 
 from ..checks import check_finite, check_padding_mask, check_whole_number
 from .configs import decoding_config, default_precision, device_arch
-from .flash import LOG2E, _as_4d, _d_pad, _pad_arg, check_shapes
+from .flash import (
+    LOG2E,
+    _as_4d,
+    _d_pad,
+    _pad_arg,
+    check_block,
+    check_shapes,
+    launch_with_fallback,
+)
 from .triton_env import check_device, check_interpretable, load_kernels
 
 
@@ -89,8 +97,8 @@ def flash_decoding(
         float64 inputs)
     """
     check_decoding_inputs("flash_decoding", q, k, v, padding_mask, n_split)
-    if block_n is not None and check_whole_number("block_n", block_n, 1) & (block_n - 1):
-        raise ValueError(f"block_n must be a power of 2, got {block_n}")
+    if block_n is not None:
+        check_block("block_n", check_whole_number("block_n", block_n, 1))
     if not isinstance(return_partials, bool):
         raise TypeError(f"return_partials must be True or False, got {return_partials!r}")
     kernels = load_kernels()
@@ -108,12 +116,17 @@ def flash_decoding(
     o_part = torch.empty((B, h, n_split, d), device=q.device, dtype=acc)
     lse_part = torch.empty((B, h, n_split), device=q.device, dtype=acc)
     G = h // h_kv  # query heads per key/value head: the rows of one tile
-    kernels.flash_decoding_split_kernel[(n_split, B * h_kv)](
-        q4, k4, v4, o_part, lse_part, _pad_arg(padding_mask, q), LOG2E / math.sqrt(d), T,
-        h_kv, G, chunk, q4.stride(0), q4.stride(1), *k4.stride()[:3], *v4.stride()[:3],
-        HAS_PAD=padding_mask is not None, PRECISION=default_precision(arch, q.dtype),
-        BLOCK_N=block_n, G_PAD=max(16, 1 << (G - 1).bit_length()), D=d, D_PAD=_d_pad(d),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    pad = _pad_arg(padding_mask, q)
+
+    def launch(c) -> None:
+        kernels.flash_decoding_split_kernel[(n_split, B * h_kv)](
+            q4, k4, v4, o_part, lse_part, pad, LOG2E / math.sqrt(d), T,
+            h_kv, G, chunk, q4.stride(0), q4.stride(1), *k4.stride()[:3], *v4.stride()[:3],
+            HAS_PAD=padding_mask is not None, PRECISION=default_precision(arch, q.dtype),
+            BLOCK_N=block_n if c is cfg else c.block_n, G_PAD=g_pad(G), D=d, D_PAD=_d_pad(d),
+            num_warps=c.num_warps, num_stages=c.num_stages)
+
+    launch_with_fallback("decode", launch, cfg, arch, q.dtype, d)
     out = torch.empty((B, h, 1, d), device=q.device, dtype=q.dtype)
     kernels.flash_decoding_merge_kernel[(B * h,)](
         o_part, lse_part, out, n_split, S_PAD=max(2, 1 << (n_split - 1).bit_length()),
@@ -126,6 +139,17 @@ def flash_decoding(
     if three_d:
         outs, lses = outs[:, :, 0], lses[:, :, 0]  # (n_split, B, 1, d), (n_split, B, 1, 1)
     return out, outs, lses
+
+
+def g_pad(g: int) -> int:
+    """Rows of the split kernel's query tile: ``g`` rounded up to a power of 2, at least 16.
+
+    ``tl.dot`` on a GPU needs 16 rows, so with one query head per key/value head (``g = 1``)
+    15 of the 16 rows are padding: the scores' dot does 16 times the work one query needs. On
+    the tensor cores (sm80 on) that costs no time, since one ``mma`` tile is 16 rows anyway; on
+    the T4, where Triton lowers ``tl.dot`` to FMA, it is 16 times the multiply-adds (Chapter 19).
+    """
+    return max(16, 1 << (g - 1).bit_length())
 
 
 def split_partials(

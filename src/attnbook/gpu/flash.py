@@ -11,10 +11,18 @@ recomputes the weights from the saved log-sum-exp. The kernels are in
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
-from .configs import LaunchConfig, backward_config, default_precision, device_arch, forward_config
+from .configs import (
+    LaunchConfig,
+    backward_config,
+    default_precision,
+    device_arch,
+    forward_config,
+    smaller_config,
+)
 from .triton_env import check_device, check_interpretable, load_kernels
 
 LOG2E = 1.4426950408889634  # log2(e): the kernels use exp2, so the scale carries it
@@ -67,13 +75,54 @@ def flash_attention(
     cfg = forward_config(device_arch(q.device), q.dtype, q.size(-1))
     block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
     for name, value in (("block_m", block_m), ("block_n", block_n)):
-        if value < 1 or value & (value - 1):
-            raise ValueError(f"{name} must be a power of 2, got {value}")
+        check_block(name, value)
     if precision is None:
         precision = default_precision(device_arch(q.device), q.dtype)
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {PRECISIONS} or None, got {precision!r}")
     return FlashAttention.apply(q, k, v, padding_mask, causal, block_m, block_n, precision)
+
+
+MIN_BLOCK = 16
+"""The smallest block: ``tl.dot`` on a GPU needs every side of its tiles to be at least 16."""
+
+
+def check_block(name: str, value: int) -> None:
+    """Refuse a block size that is not a power of 2 or below :data:`MIN_BLOCK`.
+
+    The interpreter would run blocks of 8, but a compiled ``tl.dot`` would not, so the library
+    refuses them everywhere rather than pass a test here that fails on a GPU.
+    """
+    if value < 1 or value & (value - 1):
+        raise ValueError(f"{name} must be a power of 2, got {value}")
+    if value < MIN_BLOCK:
+        raise ValueError(f"{name} must be at least {MIN_BLOCK} (tl.dot's smallest tile on a "
+                         f"GPU), got {value}")
+
+
+def launch_with_fallback(kernel: str, launch, cfg: LaunchConfig, arch, dtype, d) -> LaunchConfig:
+    """Call ``launch(cfg)``; on ``OutOfResources`` retry with the table's next smaller launch.
+
+    The compile check measures every launch under the pinned Triton; another release or another
+    GPU may ask for more shared memory. Each retry says so with a warning naming both
+    configurations; with none smaller left, the last error is raised.
+
+    Returns:
+        The configuration that launched.
+    """
+    from triton.runtime.errors import OutOfResources
+
+    while True:
+        try:
+            launch(cfg)
+            return cfg
+        except OutOfResources as err:
+            smaller = smaller_config(kernel, arch, dtype, d, cfg)
+            if smaller is None:
+                raise
+            warnings.warn(f"the {kernel} kernel ran out of resources with {cfg} ({err}); "
+                          f"retrying with {smaller}", RuntimeWarning, stacklevel=3)
+            cfg = smaller
 
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -117,18 +166,25 @@ def flash_forward(q, k, v, padding_mask, causal, block_m, block_n, precision,
     check_device(q, k, v)
     B, h, T_q, d = q.shape
     h_kv, T_k = k.size(1), k.size(2)
-    cfg = cfg or forward_config(device_arch(q.device), q.dtype, d)
+    arch = device_arch(q.device)
+    cfg = cfg or forward_config(arch, q.dtype, d)
     out = torch.empty((B, h, T_q, d), device=q.device, dtype=q.dtype)
     lse = torch.empty((B, h, T_q), device=q.device, dtype=_acc_dtype(q))
     if out.numel() == 0:
         return out, lse.fill_(float("-inf"))
-    grid = (math.ceil(T_q / block_m), B * h)  # query blocks x (batch, head): all independent
-    kernels.flash_forward_kernel[grid](
-        q, k, v, out, lse, _pad_arg(padding_mask, q), LOG2E / math.sqrt(d), T_q, T_k, h,
-        h // h_kv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        CAUSAL=causal, HAS_PAD=padding_mask is not None, PRECISION=precision,
-        BLOCK_M=block_m, BLOCK_N=block_n, D=d, D_PAD=_d_pad(d),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    pad = _pad_arg(padding_mask, q)
+
+    def launch(c: LaunchConfig) -> None:
+        bm, bn = (block_m, block_n) if c is cfg else (c.block_m, c.block_n)  # a retry: the row's
+        grid = (math.ceil(T_q / bm), B * h)  # query blocks x (batch, head): all independent
+        kernels.flash_forward_kernel[grid](
+            q, k, v, out, lse, pad, LOG2E / math.sqrt(d), T_q, T_k, h,
+            h // h_kv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            CAUSAL=causal, HAS_PAD=padding_mask is not None, PRECISION=precision,
+            BLOCK_M=bm, BLOCK_N=bn, D=d, D_PAD=_d_pad(d),
+            num_warps=c.num_warps, num_stages=c.num_stages)
+
+    launch_with_fallback("forward", launch, cfg, arch, q.dtype, d)
     return out, lse
 
 
@@ -146,7 +202,8 @@ def flash_backward(dout, q, k, v, out, lse, padding_mask, causal, block_m, block
     kernels = load_kernels()
     B, h, T_q, d = q.shape
     h_kv, T_k = k.size(1), k.size(2)
-    cfg = cfg or backward_config(device_arch(q.device), q.dtype, d)
+    arch = device_arch(q.device)
+    cfg = cfg or backward_config(arch, q.dtype, d)
     dout = dout.contiguous()  # read as contiguous (B, h, T_q, d), like out and dq
     delta = (dout.to(lse.dtype) * out.to(lse.dtype)).sum(-1)  # (B, h, T_q): D_i = dO_i · O_i
     dq = torch.zeros((B, h, T_q, d), device=q.device, dtype=lse.dtype)  # atomic adds land here
@@ -154,14 +211,22 @@ def flash_backward(dout, q, k, v, out, lse, padding_mask, causal, block_m, block
     dv = torch.empty((B, h_kv, T_k, d), device=q.device, dtype=v.dtype)
     if T_k == 0 or T_q == 0 or B == 0:
         return dq.to(q.dtype), dk.zero_(), dv.zero_()
-    grid = (math.ceil(T_k / block_n), B * h_kv)  # key blocks x (batch, key/value head)
-    kernels.flash_backward_kernel[grid](
-        q, k, v, dout, lse, delta, dq, dk, dv, _pad_arg(padding_mask, q),
-        LOG2E / math.sqrt(d), 1.0 / math.sqrt(d), T_q, T_k, h_kv, h // h_kv,
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
-        CAUSAL=causal, HAS_PAD=padding_mask is not None, PRECISION=precision,
-        BLOCK_M=block_m, BLOCK_N=block_n, D=d, D_PAD=_d_pad(d),
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    pad = _pad_arg(padding_mask, q)
+
+    def launch(c: LaunchConfig) -> None:
+        bm, bn = (block_m, block_n) if c is cfg else (c.block_m, c.block_n)
+        if c is not cfg:  # a retry: the launch that failed may have added to dq
+            dq.zero_()
+        grid = (math.ceil(T_k / bn), B * h_kv)  # key blocks x (batch, key/value head)
+        kernels.flash_backward_kernel[grid](
+            q, k, v, dout, lse, delta, dq, dk, dv, pad,
+            LOG2E / math.sqrt(d), 1.0 / math.sqrt(d), T_q, T_k, h_kv, h // h_kv,
+            *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
+            CAUSAL=causal, HAS_PAD=padding_mask is not None, PRECISION=precision,
+            BLOCK_M=bm, BLOCK_N=bn, D=d, D_PAD=_d_pad(d),
+            num_warps=c.num_warps, num_stages=c.num_stages)
+
+    launch_with_fallback("backward", launch, cfg, arch, q.dtype, d)
     return dq.to(q.dtype), dk, dv
 
 

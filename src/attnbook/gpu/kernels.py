@@ -10,7 +10,11 @@ imported). The host functions that launch these kernels are in :mod:`attnbook.gp
 Layout: q, k, v are read in place through their strides, (B, h, T, d) with the last stride 1,
 so a slice of a :class:`attnbook.KVCache` is not copied. Query head ``a`` reads key/value head
 ``a // G`` (grouped-query attention, ``G = h / h_kv``). Base offsets are 64-bit: ``B·h·T·d``
-passes 2**31 elements long before a GPU runs out of memory. ``D_PAD`` is the head width ``D``
+passes 2**31 elements long before a GPU runs out of memory, and so do the offsets inside a head
+(``rows * stride_t``: a (B, T, h, d) view has ``stride_t = h·d``), so the strides along T are
+widened to int64 on entry (:func:`wide`). The scales arrive as float64 kernel arguments
+(a Python float would be passed as float32 to a compiled kernel) and are cast once to the
+accumulation type: float64 inputs keep the scale's full precision. ``D_PAD`` is the head width ``D``
 rounded up to a power of two (``tl.arange`` needs one); the extra columns load as 0 and change
 no dot product.
 
@@ -34,6 +38,12 @@ LN2 = tl.constexpr(0.6931471805599453)  # log(2): a base-2 log-sum-exp in natura
 def head_offset(b, a, stride_b, stride_h):
     """The 64-bit offset of (batch b, head a): int32 products would wrap past 2**31."""
     return b.to(tl.int64) * stride_b + a.to(tl.int64) * stride_h
+
+
+@triton.jit
+def wide(x):
+    """``x`` as an int64 scalar, so that products with it are 64-bit (a constexpr 1 as well)."""
+    return tl.full([], x, tl.int64)
 
 
 @triton.jit
@@ -90,7 +100,7 @@ def forward_tile(acc, l, m, q, k_ptrs, v_ptrs, pad_ptrs, j0, rows, offset, qk_sc
 
 
 @triton.jit
-def flash_forward_kernel(Q, K, V, O, LSE, PAD, qk_scale, T_q, T_k, H, G,
+def flash_forward_kernel(Q, K, V, O, LSE, PAD, qk_scale: tl.float64, T_q, T_k, H, G,
                          stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
                          stride_vb, stride_vh, stride_vt,
                          CAUSAL: tl.constexpr, HAS_PAD: tl.constexpr, PRECISION: tl.constexpr,
@@ -102,6 +112,7 @@ def flash_forward_kernel(Q, K, V, O, LSE, PAD, qk_scale, T_q, T_k, H, G,
     """
     pid_m, bh = tl.program_id(0), tl.program_id(1)
     b, a = bh // H, bh % H  # batch, query head
+    stride_qt, stride_kt, stride_vt = wide(stride_qt), wide(stride_kt), wide(stride_vt)
     i0 = pid_m * BLOCK_M
     rows = i0 + tl.arange(0, BLOCK_M)  # (BLOCK_M,) query positions
     dims = tl.arange(0, D_PAD)
@@ -113,6 +124,7 @@ def flash_forward_kernel(Q, K, V, O, LSE, PAD, qk_scale, T_q, T_k, H, G,
         tl.arange(0, BLOCK_N)[:, None] * stride_vt + dims[None, :]
     pad_ptrs = PAD + b.to(tl.int64) * T_k
     acc_ty = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32
+    qk_scale = tl.full([], qk_scale, acc_ty)  # float64 stays exact; else rounded once
     m = tl.full([BLOCK_M], float("-inf"), acc_ty)  # running maximum (base 2), in registers
     l = tl.zeros([BLOCK_M], acc_ty)  # running sum of exponentials
     acc = tl.zeros([BLOCK_M, D_PAD], acc_ty)  # unnormalised output
@@ -150,9 +162,11 @@ def backward_tile(dk, dv, k, v, key_ok, cols, i0, Q_head, DO_head, LSE_head, DEL
     """One query block's share: dK and dV of the key block grow, dQ gets an atomic add."""
     rows = i0 + tl.arange(0, BLOCK_M)
     row_ok = rows < T_q
-    q = load_tile(Q_head + rows[:, None] * stride_qt + dims[None, :], rows, T_q, dims, D,
+    rows64 = rows.to(tl.int64)  # T_q·D may pass 2**31 in a contiguous head too
+    q = load_tile(Q_head + rows64[:, None] * stride_qt + dims[None, :], rows, T_q, dims, D,
                   D_PAD, True)  # (BLOCK_M, D_PAD); rows past T_q read 0 and add nothing
-    do = load_tile(DO_head + rows[:, None] * D + dims[None, :], rows, T_q, dims, D, D_PAD, True)
+    do = load_tile(DO_head + rows64[:, None] * D + dims[None, :], rows, T_q, dims, D, D_PAD,
+                   True)
     lse = tl.load(LSE_head + rows, mask=row_ok, other=0.0) * 1.4426950408889634  # base 2
     delta = tl.load(DELTA_head + rows, mask=row_ok, other=0.0)  # D_i = dO_i · O_i
     s = tl.dot(q, tl.trans(k), input_precision=PRECISION).to(dk.dtype) * qk_scale
@@ -169,12 +183,13 @@ def backward_tile(dk, dv, k, v, key_ok, cols, i0, Q_head, DO_head, LSE_head, DEL
     dq_mask = row_ok[:, None]
     if D != D_PAD:
         dq_mask = dq_mask & (dims[None, :] < D)
-    tl.atomic_add(DQ_head + rows[:, None] * D + dims[None, :], dq, mask=dq_mask)
+    tl.atomic_add(DQ_head + rows64[:, None] * D + dims[None, :], dq, mask=dq_mask)
     return dk, dv
 
 
 @triton.jit
-def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale, sm_scale,
+def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale: tl.float64,
+                          sm_scale: tl.float64,
                           T_q, T_k, H_KV, G,
                           stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_kt,
                           stride_vb, stride_vh, stride_vt,
@@ -191,6 +206,7 @@ def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale, sm
     """
     pid_n, bc = tl.program_id(0), tl.program_id(1)
     b, c = bc // H_KV, bc % H_KV  # batch, key/value head
+    stride_qt, stride_kt, stride_vt = wide(stride_qt), wide(stride_kt), wide(stride_vt)
     j0 = pid_n * BLOCK_N
     cols = j0 + tl.arange(0, BLOCK_N)  # (BLOCK_N,) key positions
     dims = tl.arange(0, D_PAD)
@@ -199,6 +215,7 @@ def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale, sm
     v = load_tile(V + head_offset(b, c, stride_vb, stride_vh) + cols[:, None] * stride_vt
                   + dims[None, :], cols, T_k, dims, D, D_PAD, True)
     acc_ty = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32
+    qk_scale, sm_scale = tl.full([], qk_scale, acc_ty), tl.full([], sm_scale, acc_ty)
     dk = tl.zeros([BLOCK_N, D_PAD], acc_ty)
     dv = tl.zeros([BLOCK_N, D_PAD], acc_ty)
     key_ok = cols < T_k
@@ -240,7 +257,8 @@ def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale, sm
 
 
 @triton.jit
-def flash_decoding_split_kernel(Q, K, V, O_PART, LSE_PART, PAD, qk_scale, T, H_KV, G, chunk,
+def flash_decoding_split_kernel(Q, K, V, O_PART, LSE_PART, PAD, qk_scale: tl.float64, T, H_KV,
+                                G, chunk,
                                 stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                                 stride_vb, stride_vh, stride_vt,
                                 HAS_PAD: tl.constexpr, PRECISION: tl.constexpr,
@@ -255,6 +273,7 @@ def flash_decoding_split_kernel(Q, K, V, O_PART, LSE_PART, PAD, qk_scale, T, H_K
     split, bc = tl.program_id(0), tl.program_id(1)
     n_split = tl.num_programs(0)
     b, c = bc // H_KV, bc % H_KV
+    stride_kt, stride_vt = wide(stride_kt), wide(stride_vt)
     heads = tl.arange(0, G_PAD)  # (G_PAD,) row g is query head c * G + g
     dims = tl.arange(0, D_PAD)
     q = load_tile(Q + b.to(tl.int64) * stride_qb + (c * G + heads)[:, None].to(tl.int64)
@@ -264,6 +283,7 @@ def flash_decoding_split_kernel(Q, K, V, O_PART, LSE_PART, PAD, qk_scale, T, H_K
     v_ptrs = V + head_offset(b, c, stride_vb, stride_vh) + \
         tl.arange(0, BLOCK_N)[:, None] * stride_vt + dims[None, :]
     acc_ty = tl.float64 if Q.dtype.element_ty == tl.float64 else tl.float32
+    qk_scale = tl.full([], qk_scale, acc_ty)
     m = tl.full([G_PAD], float("-inf"), acc_ty)
     l = tl.zeros([G_PAD], acc_ty)
     acc = tl.zeros([G_PAD, D_PAD], acc_ty)

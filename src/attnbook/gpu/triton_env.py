@@ -34,9 +34,66 @@ def load_kernels() -> ModuleType:
         raise ImportError(
             f"attnbook's GPU kernels need Triton, which is not installed: {INSTALL_HINT}"
         ) from err
+    if interpreting():
+        patch_interpreter_index()
     from . import kernels
 
     return kernels
+
+
+def patch_interpreter_index() -> bool:
+    """Let Triton 3.6's interpreter use a runtime scalar as a ``range`` bound under NumPy 2.4.
+
+    The interpreter holds every scalar (a kernel argument, ``tl.program_id``, ``n // BLOCK``)
+    as a one-element array, and ``for j in range(lo, hi, BLOCK)`` turns ``hi`` into a Python
+    int with ``int(array)``. NumPy 2.4 refuses that for an array of shape (1,) ("only
+    0-dimensional arrays can be converted to Python scalars"), so under Triton 3.6 every kernel
+    whose loop bound is not a ``tl.constexpr`` fails; Triton 3.7 and newer squeeze the array
+    first. This wraps the interpreter's tensor set-up to do the same, and only when the
+    installed Triton's own conversion fails on a one-element array (a probe, not a version
+    check), so a fixed Triton is left alone. Compiled kernels are not affected.
+
+    Returns:
+        True if the interpreter was patched (now or before), False if it needs no patch.
+    """
+    import numpy as np
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:  # an interpreter laid out differently: nothing known to fix
+        return False
+    if getattr(original, "attnbook_index_patch", False):
+        return True
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        # What Triton 3.7 and newer do: a one-element array squeezed to 0-d, then int().
+        scope.set_attr(tensor, "__index__", lambda self: int(np.squeeze(self.handle.data)))
+
+    patched.attnbook_index_patch = True
+    if not _index_fails(original):
+        return False
+    interpreter._patch_lang_tensor = patched
+    return True
+
+
+def _index_fails(patch_lang_tensor) -> bool:
+    """Whether the interpreter's ``__index__`` raises on a one-element array (the 3.6 bug)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    scope = interpreter._LangPatchScope()
+    try:
+        patch_lang_tensor(tl.tensor, scope)
+        probe = tl.tensor(interpreter.TensorHandle(np.array([1], dtype=np.int32), tl.int32),
+                          tl.int32)
+        probe.__index__()
+        return False
+    except TypeError:
+        return True
+    finally:
+        scope.restore()
 
 
 def check_device(*tensors: torch.Tensor) -> None:
