@@ -70,3 +70,7 @@ def test_merge_and_splits():
     assert check_splits(7, 2, 8, 108).ok
     fb = check_splits(6, 2, 8, 108)
     assert not fb.ok and "rounded down" in fb.message, fb.message
+    # Grouped-query attention: 32 query heads on 8 key/value heads, one program per kv head.
+    assert check_splits(7, 2, 32, 108, h_kv=8).ok
+    fb = check_splits(2, 2, 32, 108, h_kv=8)
+    assert not fb.ok and "count B h_kv" in fb.message, fb.message

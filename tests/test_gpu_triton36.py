@@ -230,3 +230,38 @@ def test_smaller_config_walks_down_the_table():
     sizes = [s.block_m * s.block_n * s.num_stages for s in seen]
     assert sizes == sorted(sizes, reverse=True) and len(seen) >= 3
     assert smaller_config("forward", None, torch.float16, 64, c or seen[-1]) is None
+
+
+# --- Flash-Decoding's split rule -------------------------------------------------------------
+
+def test_split_rule_counts_key_value_heads():
+    """GQA, 32 query heads on 8 key/value heads, B = 2, 132 SMs: the grid has n · 2 · 8
+    programs, so filling the SMs takes 9 splits; counting 2 · 32 query heads gives 3, and
+    3 · 16 = 48 programs would leave 84 of the 132 SMs idle."""
+    fill = decoding.split_count(2, 8, 8192, 132, block_n=64)
+    assert fill == 9 and fill * 2 * 8 >= 132 > (fill - 1) * 2 * 8
+    assert decoding.split_count(2, 32, 8192, 132, block_n=64) == 3  # the old count of B·h
+    # No split finer than one key block: 100 keys in blocks of 64 are 2 blocks.
+    assert decoding.split_count(1, 1, 100, 132, block_n=64) == 2
+    assert decoding.split_count(1, 1, 0, 132) == 1
+
+
+def test_wave_rule_is_flash_attentions_heuristic():
+    # B·h_kv = 16 on 108 SMs (A100): waves w = 16 n / 108; efficiency w / ceil(w).
+    n = decoding.split_count(2, 8, 8192, 108, block_n=64, rule="waves")
+    eff = {k: 16 * k / 108 / math.ceil(16 * k / 108) for k in range(1, 109)}
+    assert eff[n] >= 0.85 * max(eff.values())
+    assert all(eff[k] < 0.85 * max(eff.values()) for k in range(1, n))
+    assert n == 6  # 96 programs of 108: 89% of one wave, where 7 splits (112) spill a wave
+    assert decoding.split_count(16, 8, 8192, 108, rule="waves") == 1  # 128 >= 0.8 · 108
+    with pytest.raises(ValueError, match="rule must be"):
+        decoding.split_count(1, 1, 10, 10, rule="half")
+
+
+def test_flash_decoding_applies_the_rule_without_n_split(monkeypatch):
+    monkeypatch.setattr(decoding, "sm_count", lambda device: 132)
+    q = torch.randn(2, 32, 1, 16)
+    kv = torch.randn(2, 8, 1000, 16)
+    rec = record(monkeypatch, lambda: decoding.flash_decoding(q, kv, kv, block_n=64))
+    split = [grid for name, grid, _, _ in rec.launches if name == "flash_decoding_split_kernel"]
+    assert split == [(9, 2 * 8)]  # n_split · B·h_kv programs, the rule's 9 splits

@@ -107,13 +107,20 @@ def check_merge(answer, outs: torch.Tensor, lses: torch.Tensor) -> Feedback:
     return check_tensor(answer, right, mistakes, name="the merged output", atol=1e-9, rtol=1e-9)
 
 
-def check_splits(answer, B: int, h: int, n_sm: int) -> Feedback:
-    """Lab 19: the fewest splits per query that give every SM at least one program."""
-    right = math.ceil(n_sm / (B * h))
+def check_splits(answer, B: int, h: int, n_sm: int, h_kv: int | None = None) -> Feedback:
+    """Lab 19: the fewest splits per query that give every SM at least one program.
+
+    The split kernel has one program per (split, batch, key/value head), so the rule counts
+    ``B · h_kv`` (``h_kv = h`` without grouped-query attention).
+    """
+    h_kv = h if h_kv is None else h_kv
+    right = math.ceil(n_sm / (B * h_kv))
     mistakes = {
-        "n_sm // (B h), rounded down: then some SMs get no program": n_sm // (B * h),
+        "counted B h query heads: the g heads that share a key/value head are one program, "
+        "so count B h_kv": math.ceil(n_sm / (B * h)),
+        "n_sm // (B h_kv), rounded down: then some SMs get no program": n_sm // (B * h_kv),
         "n_sm / B: each head is a program of its own already": math.ceil(n_sm / B),
-        "n_sm: the B h queries are programs already, divide by them": n_sm,
+        "n_sm: the B h_kv programs exist already, divide by them": n_sm,
     }
     mistakes = {k: v for k, v in mistakes.items() if v != right}
     return check_number(answer, right, mistakes, name="the number of splits")

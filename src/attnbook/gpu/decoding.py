@@ -48,13 +48,63 @@ def check_decoding_inputs(caller: str, q, k, v, padding_mask, n_split) -> None:
     check_whole_number("n_split", n_split, 1)
 
 
+def split_count(B: int, h_kv: int, T: int, n_sm: int, *, block_n: int = 16,
+                rule: str = "fill") -> int:
+    """How many splits Flash-Decoding's grid needs: the split rule of Chapter 19.
+
+    The split kernel's grid is ``n_split · B · h_kv`` programs (one per key/value head: the
+    ``g`` query heads that share it are rows of one tile), so the rules count ``B · h_kv``,
+    not ``B · h``. Neither splits finer than one key block: at most ``ceil(T / block_n)``.
+
+    - ``"fill"``: the fewest splits that give every SM at least one program,
+      ``ceil(n_sm / (B · h_kv))``.
+    - ``"waves"``: FlashAttention's ``num_splits_heuristic`` (flash-attn 2, ``flash_api.cpp``):
+      one split if ``B · h_kv`` already reaches 80% of the SMs; otherwise the fewest splits
+      whose last wave of programs is at least 85% as full as the best choice's (the wave
+      efficiency ``w / ceil(w)``, ``w = n · B · h_kv / n_sm``), over at most 128 splits and
+      only counts that change the number of key blocks per split.
+
+    Args:
+        B, h_kv: batch size and key/value heads. T: keys per sequence. n_sm: the GPU's SMs.
+        block_n: keys per step of a program's loop. rule: ``"fill"`` or ``"waves"``.
+
+    Returns:
+        The number of splits, at least 1.
+    """
+    for name, value in (("B", B), ("h_kv", h_kv), ("T", T), ("n_sm", n_sm), ("block_n", block_n)):
+        check_whole_number(name, value, 0 if name == "T" else 1)
+    programs, blocks = B * h_kv, max(1, math.ceil(T / block_n))
+    if rule == "fill":
+        return max(1, min(math.ceil(n_sm / programs), blocks))
+    if rule != "waves":
+        raise ValueError(f"rule must be 'fill' or 'waves', got {rule!r}")
+    if programs >= 0.8 * n_sm:
+        return 1
+    most = min(128, n_sm, blocks)
+
+    def eligible(n: int) -> bool:  # 12 splits of 64 blocks are 11 splits of 6: skip 12
+        return n == 1 or math.ceil(blocks / n) != math.ceil(blocks / (n - 1))
+
+    eff = {n: programs * n / n_sm / math.ceil(programs * n / n_sm)
+           for n in range(1, most + 1) if eligible(n)}
+    best = max(eff.values())
+    return min(n for n, e in eff.items() if e >= 0.85 * best)
+
+
+def sm_count(device: torch.device) -> int:
+    """The SMs of a CUDA device; 1 elsewhere (the interpreter runs one program at a time)."""
+    if device.type != "cuda":
+        return 1
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def flash_decoding(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
     padding_mask: torch.Tensor | None = None,
     *,
-    n_split: int = 4,
+    n_split: int | None = None,
     block_n: int | None = None,
     return_partials: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -72,7 +122,8 @@ def flash_decoding(
             their strides (a slice ``cache.k[:, :, :L]`` of a :class:`attnbook.KVCache` is not
             copied).
         padding_mask: True for real keys, False for padding; None if all are real.
-        n_split: how many programs share one query's keys.
+        n_split: how many programs share one query's keys; None applies the split rule,
+            :func:`split_count` with ``"fill"`` for the device's SMs (one split on the CPU).
         block_n: keys per step of each program's loop (a power of 2); None takes it from
             :func:`attnbook.gpu.configs.decoding_config`.
         return_partials: also return what the split kernel wrote: each split's normalised
@@ -96,7 +147,8 @@ def flash_decoding(
         outs: (n_split, *q.shape) and lses: (n_split, *q.shape[:-1], 1), float32 (float64 for
         float64 inputs)
     """
-    check_decoding_inputs("flash_decoding", q, k, v, padding_mask, n_split)
+    check_decoding_inputs("flash_decoding", q, k, v, padding_mask,
+                          1 if n_split is None else n_split)
     if block_n is not None:
         check_block("block_n", check_whole_number("block_n", block_n, 1))
     if not isinstance(return_partials, bool):
@@ -111,6 +163,8 @@ def flash_decoding(
     arch = device_arch(q.device)
     cfg = decoding_config(arch, q.dtype, d)
     block_n = cfg.block_n if block_n is None else block_n
+    if n_split is None:
+        n_split = split_count(B, h_kv, T, sm_count(q.device), block_n=block_n)
     chunk = math.ceil(T / n_split) if T else 1  # keys per program
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     o_part = torch.empty((B, h, n_split, d), device=q.device, dtype=acc)
