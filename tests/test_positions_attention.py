@@ -193,3 +193,20 @@ def test_bad_position_arguments_are_refused_by_name():
         m(torch.randn(1, 4, 8), positions=torch.arange(4.0))
     with pytest.raises(ValueError, match="T = 4"):
         m(torch.randn(1, 4, 8), positions=torch.arange(3))
+
+
+def test_tiled_attention_with_the_alibi_score_mod_equals_the_module():
+    """The tiled path (chapter 10/21) takes ALiBi as a score_mod: forward and gradients."""
+    from attnbook.online import tiled_attention
+    from attnbook.positions import alibi_score_mod
+
+    m = make("multi", "alibi")
+    x = torch.randn(2, 9, 16, dtype=F64, requires_grad=True)
+    q, k, v = m.project_heads(x)
+    tiled = tiled_attention(q, k, v, LEFT_PAD[:2], block_size=4,
+                            score_mod=alibi_score_mod(alibi_slopes(4, F64)))
+    explicit = m.attend(q, k, v, LEFT_PAD[:2], bias=m.with_positions(q, k)[2])[0]
+    torch.testing.assert_close(tiled, explicit, rtol=1e-10, atol=1e-10)
+    g1, = torch.autograd.grad(tiled.square().sum(), x, retain_graph=True)
+    g2, = torch.autograd.grad(explicit.square().sum(), x)
+    torch.testing.assert_close(g1, g2, rtol=1e-9, atol=1e-9)

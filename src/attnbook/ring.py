@@ -21,6 +21,10 @@ not a multiple of 2P); every rank holds two chunks. ``"contiguous"`` gives rank 
 causal work (the layout of Llama 3's context parallelism, Dubey et al., 2024; striped attention,
 Brandon et al., 2023, balances it by dealing tokens round-robin instead).
 
+RoPE (chapter 20) is applied before the ring: each rank rotates its own queries and keys by
+the *global* positions of its two chunks (:func:`shard_positions`, :func:`rotate_shard`), so
+the keys travel already rotated and the scores depend on global distances, zigzag included.
+
 Masks follow attnbook's conventions: causal (key ``j > i`` blocked) and ``padding_mask`` True
 for real tokens (it masks keys). A query that sees no real key outputs zeros, with zero
 gradients.
@@ -35,6 +39,7 @@ import torch.distributed as dist
 
 from .checks import check_finite, check_padding_mask, check_whole_number
 from .online import NEG_INF, _finite, tiled_attention_backward, tiled_attention_forward
+from .positions import apply_rope
 
 LAYOUTS = ("contiguous", "zigzag")
 KERNELS = ("auto", "fused", "tiled")
@@ -83,6 +88,40 @@ def unshard(shards: list[torch.Tensor], T: int, layout: str = "zigzag",
         a, b = chunk_ids(rank, world, layout)
         chunks[a], chunks[b] = part.chunk(2, dim)
     return torch.cat(chunks, dim).narrow(dim, 0, T)
+
+
+def shard_positions(T: int, rank: int, world: int, layout: str = "zigzag",
+                    device=None) -> torch.Tensor:
+    """The global positions of the tokens in ``rank``'s shard (its two chunks, in order).
+
+    The end padding (when 2P does not divide T) continues the count; those keys are masked.
+
+    Shape:
+        () -> (2c,) long, c = ceil(T / 2P)
+    """
+    c = math.ceil(T / (2 * world))
+    chunks = torch.arange(2 * world * c, device=device).split(c)
+    a, b = chunk_ids(rank, world, layout)
+    return torch.cat([chunks[a], chunks[b]])
+
+
+def rotate_shard(q: torch.Tensor, k: torch.Tensor, T: int, rank: int, world: int,
+                 layout: str = "zigzag", base: float = 10000.0, rope_layout: str = "half"):
+    """RoPE on one rank's shard, by the global positions of its chunks (before the ring).
+
+    Args:
+        q, k: this rank's queries and keys (from :func:`shard_inputs`).
+        T: length of the whole sequence; rank, world, layout: how it was sharded.
+        base, rope_layout: RoPE's base and feature layout (:func:`attnbook.positions.apply_rope`).
+
+    Returns:
+        The rotated q and k.
+
+    Shape:
+        q, k: (B, 2c, d) or (B, h, 2c, d_h) -> same
+    """
+    pos = shard_positions(T, rank, world, layout, device=q.device)  # (2c,)
+    return (apply_rope(q, pos, base, rope_layout), apply_rope(k, pos, base, rope_layout))
 
 
 def shard_inputs(q, k, v, padding_mask, rank: int, world: int, layout: str = "zigzag"):
@@ -525,7 +564,8 @@ def _simulate_forward(ranks, world, causal, layout, block_size, kernel, record):
 
 def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True,
                   layout: str = "zigzag", block_size: int = 256, kernel: str = "tiled",
-                  record: list | None = None) -> torch.Tensor:
+                  record: list | None = None, rope_base: float | None = None,
+                  rope_layout: str = "half") -> torch.Tensor:
     """The forward ring run by one process playing all ``world`` ranks (for reading and labs).
 
     The same :func:`fold_shard` and :func:`merge_block` as :func:`ring_attention`; the ring is
@@ -535,6 +575,8 @@ def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True
         record: a list that receives, in order, one dict per chunk pair a rank computes:
             ``kind="pair"``, ``pass_="forward"``, ``step``, ``rank``, ``src`` (whose shard
             it holds) and :func:`fold_shard`'s keys. None records nothing.
+        rope_base: with a base, every rank rotates its unrotated q and k shards by their
+            global positions (:func:`rotate_shard`, layout ``rope_layout``) before the ring.
 
     Shape:
         q, k, v: (B, T, d) or (B, h, T, d_h); padding_mask: (B, T) -> same as q
@@ -542,6 +584,10 @@ def simulate_ring(q, k, v, padding_mask=None, *, world: int, causal: bool = True
     kernel = check_ring_inputs(q, k, v, None, padding_mask, world, layout, causal, block_size,
                                kernel, caller="simulate_ring")
     ranks = [shard_inputs(q, k, v, padding_mask, r, world, layout) for r in range(world)]
+    if rope_base is not None:
+        T = q.size(-2)
+        ranks = [(*rotate_shard(qr, kr, T, r, world, layout, rope_base, rope_layout), vr, pm)
+                 for r, (qr, kr, vr, pm) in enumerate(ranks)]
     outs = _simulate_forward(ranks, world, causal, layout, block_size, kernel, record)
     return unshard([o for o, _ in outs], q.size(-2), layout)
 
