@@ -106,7 +106,7 @@ site: install-book assets
 
 # Every toc page of _build/html in Chromium; screenshots and summary.json in _build/screenshots.
 browser: install
-	$(BIN)/python -m pytest tests/test_site_browser.py
+	$(BIN)/python -m pytest tests/test_site_browser.py tests/test_questions_browser.py
 	@cat _build/screenshots/summary.json | head -12
 
 # Authoring: re-execute every lab in place (stores outputs and widget state), redraw figures.
