@@ -45,6 +45,7 @@ NOT_TERMS_CAPS = {
     "H100", "A100", "T4", "MiB", "KiB", "GiB", "GB", "TB", "MB", "KB", "TFLOP", "MFLOP", "GFLOP",
     # models, papers and serving systems named as examples
     "GPT", "BERT", "RoPE", "ALiBi", "vLLM",
+    "RoFormer", "BLOOM", "MPT",
     # logical operators and standards written in capitals
     "AND", "OR", "NOT", "IEEE",
 }

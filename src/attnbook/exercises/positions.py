@@ -140,7 +140,7 @@ def check_alibi_slopes(answer, h: int) -> Feedback:
         "the slopes in reverse order: head 1 has the steepest, 2^(-8/h)": right.flip(0),
         "2^(-8/i): the exponent is -8 i / h, linear in i": 2.0 ** (-8 / i),
     }
-    return check_tensor(answer, right, mistakes, name="the slopes", atol=1e-9)
+    return check_tensor(answer, right, mistakes, name="the slope tensor", atol=1e-9)
 
 
 # The exercises as functions, for grading on inputs the learner never saw (scripts/grading).
