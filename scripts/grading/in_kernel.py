@@ -80,7 +80,10 @@ def _attnbook_capture(params):
             continue
         function = getattr(module, name, None)
         code = getattr(inspect.unwrap(function), "__code__", None) if callable(function) else None
-        if code is None or code.co_filename != path:  # unwrap: past decorators (no_grad)
+        # A wrapper's own code (a practice check, torch.no_grad) may not come from the notebook.
+        own = getattr(getattr(function, "__code__", None), "co_filename", "")
+        if code is None or code.co_filename != path or (  # unwrap: past decorators (no_grad)
+                "ipykernel" in own or own.startswith("<")):
             out["tamper"].append(f"{qualname} was redefined")
     # Functions the notebook swapped into torch, numpy or builtins (torch.allclose = lambda ...,
     # torch.Tensor.__eq__ = ...): their code was written in the notebook (module __main__).

@@ -7,6 +7,8 @@ variant, name the mistake it looks like.
 
 from __future__ import annotations
 
+import functools
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -301,9 +303,6 @@ def practise(graded: Mapping[str, FunctionExercise], namespace: dict) -> None:
     phrases as a function apply the grade's rules when a notebook calls it
     (:func:`practice_verdict`). ``graded[name].check`` stays the plain check the grader uses.
     """
-    import functools
-    import sys
-
     for name, spec in graded.items():
         plain = namespace[name]
 
