@@ -41,8 +41,8 @@ from .masks import (
 from .model import TinyConfig, TinyModel
 from .multihead import MultiHeadAttention
 from .online import online_softmax, tiled_attention, tiled_work
-from .positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_table
 from .packing import Packed, pack, pad, unpack
+from .positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_table
 from .ring import ring_attention
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax, softmax_jacobian, stable_softmax, temperature_softmax
