@@ -82,7 +82,7 @@ def test_chapter11_fused_forward_ratios_are_all_above_one():
     page = _page("11_fused.md")
     assert min(ratios) > 1
     assert f"from {min(ratios):.2f} to {max(ratios):.2f}" in page
-    assert target["met"] == "NO" and "reads NO" in page
+    assert target["met"] == "NO" and "reads `NO`" in page
 
 
 def test_chapter10_does_not_claim_a_direction_for_the_benchmark_ratios():
