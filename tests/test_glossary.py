@@ -35,7 +35,7 @@ NOT_SCANNED = {"book/glossary", "book/bibliography", "book/course_guide"}
 # software, hardware, people and units, and the numbering of the book's parts.
 NOT_TERMS_CAPS = {
     # parts of the book
-    "I", "II", "III", "IV", "V", "VI",
+    "I", "II", "III", "IV", "V", "VI", "VII",
     # software and services the book names (they are tools, not concepts)
     "PyTorch", "NumPy", "Colab", "GitHub", "MathJax", "JupyterLab", "Jupyter", "LaTeX",
     "nbval", "ipywidgets", "OpenAI", "NVIDIA", "AdamW", "LLMs", "LLM", "API", "APIs", "JIT",
