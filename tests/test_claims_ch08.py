@@ -18,6 +18,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnbook import Attention
+from attnbook.backward import WholeByHand, attention_by_hand, whole_forward
 
 B, T, d = 2, 6, 4
 TOL = {"rtol": 1e-10, "atol": 1e-10}
@@ -213,3 +214,104 @@ def test_a_non_finite_padding_vector_reaches_every_real_output_of_its_sequence(b
     out = m(x, pad)
     assert out[0, pad[0]].isnan().all()  # every real query of that sequence
     assert out[1].isfinite().all()  # the other sequence is untouched
+
+
+# --- the whole module's backward, derived by hand (chapter 8, "The backward pass") ------------
+
+PADDINGS = {
+    "none": None,
+    "right": torch.tensor([[True] * 4 + [False] * 2, [True] * T]),
+    # left padding: queries 0 and 1 of sequence 0 see no real key (empty rows)
+    "left": torch.tensor([[False, False] + [True] * 4, [False] + [True] * 5]),
+}
+
+
+def grads_of(m, x, g, pad, by_hand: bool):
+    """dL/dx and the three weights' .grad for L = sum(g * y), by autograd or by hand."""
+    x = x.detach().requires_grad_()
+    m.zero_grad(set_to_none=True)
+    y = attention_by_hand(m, x, pad) if by_hand else m(x, pad)
+    y.backward(g)
+    return y.detach(), [x.grad] + [lin.weight.grad for lin in (m.query, m.key, m.value)]
+
+
+@pytest.mark.parametrize("padding", PADDINGS)
+def test_the_hand_derived_backward_is_autograds(padding):
+    """dV = AᵀG, dA = GVᵀ, dS = A ⊙ (dA − rowsum(A ⊙ dA)), dQ = dS K/√d, dK = dSᵀ Q/√d,
+    then dx, dW_q, dW_k, dW_v through the projections: equal to autograd's in float64."""
+    torch.manual_seed(0)
+    m = Attention(d, T).double()
+    x, g = torch.randn(B, T, d, dtype=torch.float64), torch.randn(B, T, d, dtype=torch.float64)
+    pad = PADDINGS[padding]
+    y_auto, auto = grads_of(m, x, g, pad, by_hand=False)
+    y_hand, hand = grads_of(m, x, g, pad, by_hand=True)
+    torch.testing.assert_close(y_hand, y_auto, rtol=0, atol=0)  # the same forward
+    for a, h in zip(auto, hand):
+        torch.testing.assert_close(h, a, **TOL)
+
+
+@pytest.mark.parametrize("padding", PADDINGS)
+def test_the_hand_derived_backward_passes_gradcheck(padding):
+    """gradcheck holds the hand derivation itself to central finite differences (float64)."""
+    torch.manual_seed(0)
+    m = Attention(d, T).double()
+    causal, pad = m.mask[:T, :T], PADDINGS[padding]
+    inputs = [torch.randn(B, T, d, dtype=torch.float64, requires_grad=True)]
+    inputs += [lin.weight.detach().clone().requires_grad_() for lin in (m.query, m.key, m.value)]
+    assert gradcheck(lambda x, wq, wk, wv: WholeByHand.apply(x, wq, wk, wv, causal, pad), inputs)
+
+
+def mutant_backward(g, x, wq, wk, wv, saved, *, scale=True, rowsum=True):
+    """whole_backward with one term of the derivation left out (a copy, mutated on purpose)."""
+    q, k, v, a = saved
+    dv, da = a.transpose(-2, -1) @ g, g @ v.transpose(-2, -1)
+    ds = a * (da - (a * da).sum(dim=-1, keepdim=True)) if rowsum else a * da
+    c = 1 / q.size(-1) ** 0.5 if scale else 1.0
+    dq, dk = ds @ k * c, ds.transpose(-2, -1) @ q * c
+    dws = (torch.einsum("bti,btj->ij", dt, x) for dt in (dq, dk, dv))
+    return dq @ wq + dk @ wk + dv @ wv, *dws
+
+
+@pytest.mark.parametrize("left_out", ["scale", "rowsum"])
+def test_a_backward_without_the_scale_or_the_rowsum_fails_gradcheck(left_out):
+    """The check can fail: leave 1/√d out of dQ and dK, or the rowsum term out of dS, and
+    gradcheck reports a mismatch; the copy with nothing left out passes."""
+
+    class Mutant(WholeByHand):
+        @staticmethod
+        def backward(ctx, g, **kwargs):
+            x, wq, wk, wv, *saved = ctx.saved_tensors
+            return (*mutant_backward(g, x, wq, wk, wv, saved, **kwargs), None, None)
+
+    class Broken(Mutant):
+        @staticmethod
+        def backward(ctx, g):
+            return Mutant.backward(ctx, g, **{left_out: False})
+
+    torch.manual_seed(0)
+    m = Attention(d, T).double()
+    inputs = [torch.randn(B, T, d, dtype=torch.float64, requires_grad=True)]
+    inputs += [lin.weight.detach().clone().requires_grad_() for lin in (m.query, m.key, m.value)]
+    causal = m.mask[:T, :T]
+    for fn, passes in ((Mutant, True), (Broken, False)):
+        assert gradcheck(lambda x, wq, wk, wv, fn=fn: fn.apply(x, wq, wk, wv, causal, None),
+                         inputs,
+                         raise_exception=False) == passes
+
+
+def test_blocked_entries_get_no_gradient_and_the_rowsum_is_d_y_dot_y():
+    """dS is 0 wherever A is 0 (future keys, padding, empty rows), and rowsum(A ⊙ dA) equals
+    rowsum(G ⊙ Y), the D that chapters 10 and 18 compute from the saved output."""
+    torch.manual_seed(0)
+    m = Attention(d, T).double()
+    x, g = torch.randn(B, T, d, dtype=torch.float64), torch.randn(B, T, d, dtype=torch.float64)
+    pad = PADDINGS["left"]
+    with torch.no_grad():
+        w = [lin.weight for lin in (m.query, m.key, m.value)]
+        y, (q, k, v, a) = whole_forward(x, *w, m.mask[:T, :T], pad)
+        da = g @ v.transpose(-2, -1)
+        rowsum = (a * da).sum(-1)
+        ds = a * (da - rowsum[..., None])
+    blocked = m.mask[:T, :T] | ~pad[:, None, :]
+    assert (ds[blocked] == 0).all() and (ds[0, :2] == 0).all()  # future, padding, empty rows
+    torch.testing.assert_close(rowsum, (g * y).sum(-1), **TOL)
