@@ -315,3 +315,20 @@ def test_blocked_entries_get_no_gradient_and_the_rowsum_is_d_y_dot_y():
     blocked = m.mask[:T, :T] | ~pad[:, None, :]
     assert (ds[blocked] == 0).all() and (ds[0, :2] == 0).all()  # future, padding, empty rows
     torch.testing.assert_close(rowsum, (g * y).sum(-1), **TOL)
+
+
+def test_the_hand_derived_backward_checks_its_input_like_the_module():
+    """Too long a sequence, the wrong width or dtype, a padding mask of the wrong shape: the
+    module's own clear errors, not a shape error from inside the backward."""
+    m = Attention(d, T).double()
+    for x in (torch.randn(B, T + 1, d, dtype=torch.float64),
+              torch.randn(B, T, d + 1, dtype=torch.float64),
+              torch.randn(B, T, d)):
+        with pytest.raises((ValueError, TypeError)) as hand:
+            attention_by_hand(m, x)
+        with pytest.raises((ValueError, TypeError)) as module:
+            m(x)
+        assert str(hand.value) == str(module.value)
+    with pytest.raises(ValueError):
+        attention_by_hand(m, torch.randn(B, T, d, dtype=torch.float64),
+                          torch.ones(B, T + 1, dtype=torch.bool))

@@ -12,8 +12,11 @@ import math
 
 import torch
 
+from .checks import check_input, check_padding_mask
 from .masks import blocked_positions
+from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
+from .weighted_sum import weighted_sum
 
 
 def whole_forward(x, wq, wk, wv, causal, padding_mask=None):
@@ -33,9 +36,11 @@ def whole_forward(x, wq, wk, wv, causal, padding_mask=None):
         -> y (B, T, d); q, k, v (B, T, d); a (B, T, T)
     """
     q, k, v = x @ wq.T, x @ wk.T, x @ wv.T  # (B, T, d) each: step 1
-    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, T, T): steps 2 and 3
+    # The module's own steps 2 to 6 (attention.py's attend, explicit path), so the forward
+    # differentiated here is the one the module runs.
+    s = scale_scores(attention_scores(q, k), q.size(-1))  # (B, T, T): steps 2 and 3
     a = masked_softmax(s, blocked_positions(causal, padding_mask))  # (B, T, T): steps 4, 5
-    return a @ v, (q, k, v, a)  # (B, T, d): step 6
+    return weighted_sum(a, v), (q, k, v, a)  # (B, T, d): step 6
 
 
 def whole_backward(g, x, wq, wk, wv, saved):
@@ -86,6 +91,10 @@ def attention_by_hand(m, x: torch.Tensor, padding_mask: torch.Tensor | None = No
     if m.position != "none" or m.n_heads != 1:
         raise ValueError("the hand-derived backward covers one head without a position scheme "
                          f"(got position={m.position!r}, n_heads={m.n_heads})")
-    T = x.size(-2)
+    # The module's own input checks: a wrong width, length or dtype gets its clear error here
+    # too, not a shape error from inside the backward.
+    B, T, _ = check_input(x, m.d_model, m.context_length, m.query.weight.dtype)
+    if padding_mask is not None:
+        check_padding_mask(padding_mask, B, T)
     return WholeByHand.apply(x, m.query.weight, m.key.weight, m.value.weight,
                              m.mask[:T, :T], padding_mask)
