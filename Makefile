@@ -69,8 +69,9 @@ test: install lint unit triton36 nbval nbval-other-cpu colab site browser
 lint: install
 	$(BIN)/ruff check .
 
+# Two test files at a time (pytest-xdist; a file's tests and its module fixtures stay on one worker).
 unit: install
-	$(BIN)/python -m pytest tests -m "not browser and not colab"
+	$(BIN)/python -m pytest tests -m "not browser and not colab" -n 2 --dist loadfile
 
 nbval: install
 	$(BIN)/python -m pytest $(NBVAL)
@@ -105,8 +106,9 @@ site: install-book assets
 	$(BIN)/jupyter-book build . --all -W -n --keep-going
 
 # Every toc page of _build/html in Chromium; screenshots and summary.json in _build/screenshots.
+# The two files run side by side (one worker each: the site file's last test needs every page).
 browser: install
-	$(BIN)/python -m pytest tests/test_site_browser.py tests/test_questions_browser.py
+	$(BIN)/python -m pytest tests/test_site_browser.py tests/test_questions_browser.py -n 2 --dist loadfile
 	@cat _build/screenshots/summary.json | head -12
 
 # Authoring: re-execute every lab in place (stores outputs and widget state), redraw figures.
