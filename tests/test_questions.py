@@ -41,7 +41,7 @@ FILES = sorted(p for p in QUESTIONS.iterdir() if p.suffix in (".yaml", ".yml", "
                and p.name != SCHEMA.name)
 # Chapters whose questions are written (the issue asks for every chapter, 0 to 21; the rest come
 # later). Each must have a file, and each file must belong to a chapter page.
-DONE = range(0, 20)
+DONE = range(0, 21)
 
 
 def _validator():
