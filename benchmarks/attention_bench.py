@@ -9,7 +9,9 @@ memory, targets met or not), then writes the figures the book shows. The parts, 
   the matmul ceiling, FLOP counts;
 * ``bench_memory.py``: peak memory, each configuration in a fresh process;
 * ``bench_kv.py``: generation with and without the KV cache, 1 and 2 threads, interleaved;
-* ``bench_report.py``: the tables and the targets; ``bench_figures.py``: the figures.
+* ``bench_report.py``: the tables and the targets; ``bench_figures.py``: the figures;
+  ``bench_results.py``: ``--save`` writes the Markdown and the JSON of its values (the book
+  pastes numbers from the JSON with its ``{bench}`` role).
 
 Usage:
 
@@ -36,6 +38,7 @@ from bench_kv import kv_benchmark  # noqa: E402
 from bench_memory import measure_memory  # noqa: E402
 from bench_methods import METHODS, MODES, PADDED, SINGLE_THREAD  # noqa: E402
 from bench_report import report  # noqa: E402
+from bench_results import write_results  # noqa: E402
 from bench_timing import matmul_gflops, time_point  # noqa: E402
 
 from attnbook.measure import conditions, keep_freed_memory  # noqa: E402
@@ -125,7 +128,8 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--figures", type=Path, default=None,
                         help="folder for the figures (default: book/figures; 'none' to skip)")
     parser.add_argument("--save", type=Path, default=None,
-                        help="also write the tables to this Markdown file, with date and command")
+                        help="also write the tables to this Markdown file, with date and "
+                        "command, and their values to the .json next to it")
     args = parser.parse_args(argv)
     cfg = Config(**QUICK) if args.quick else Config()
     if args.figures is not None:
@@ -137,9 +141,8 @@ def main(argv: list[str] | None = None) -> str:
     if args.save is not None:
         command = "python benchmarks/attention_bench.py" + "".join(
             f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
-        stamp = time.strftime("%Y-%m-%d %H:%M %Z")
-        args.save.write_text(f"# Attention benchmark: results\n\nRun on {stamp} with "
-                             f"`{command}`.\n\n{text}", encoding="utf-8")
+        # The Markdown and, next to it, the JSON the book's {bench} role pastes from.
+        write_results(args.save, text, "Attention benchmark: results", command, kind="results")
     return text
 
 

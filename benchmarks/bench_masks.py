@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_masks.py            # all three parts, markdown tables
     .venv/bin/python benchmarks/bench_masks.py --quick    # small sizes, a smoke test
     .venv/bin/python benchmarks/bench_masks.py --no-compile
+    .venv/bin/python benchmarks/bench_masks.py --save benchmarks/results_masks.md  # and .json
 
 (a) A batch of documents with log-normal lengths (fixed seed), padded to the longest versus
     packed into one row with the document mask: forward and forward+backward, real tokens per
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 import warnings
 from functools import partial
@@ -195,28 +197,44 @@ def part_c(T: int, d: int, repeats: int, threads: int) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes: a smoke test")
     ap.add_argument("--no-compile", action="store_true", help="skip part (c)")
     ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
-    print(f"torch {torch.__version__}; {conditions()}\n", flush=True)
+    ap.add_argument("--save", default=None,
+                    help="also write the tables to this Markdown file (benchmarks/"
+                    "results_masks.md) and their values to the .json next to it")
+    args = ap.parse_args(argv)
+    start = time.perf_counter()
+    parts = [f"torch {torch.__version__}; {conditions()}\n"]
+    print(parts[-1], flush=True)
     if args.quick:
         sizes = dict(lengths=lognormal_lengths(6, 24, 1.0, 4, 96), d=16, block=16, T=256,
                      blocks=[32], repeats=2)
     else:
         sizes = dict(lengths=lognormal_lengths(12, 128, 1.0, 16, 1024), d=64, block=128,
                      T=1024, blocks=[64, 128], repeats=3)
-    print("## (a) Padded versus packed\n\n" + part_a(sizes["lengths"], sizes["d"],
-                                                      sizes["block"], sizes["repeats"],
-                                                      args.threads) + "\n", flush=True)
-    print("## (b) Skipping empty tiles\n\n" + part_b(sizes["T"], sizes["d"], sizes["blocks"],
-                                                      sizes["repeats"], args.threads) + "\n",
-          flush=True)
+    parts.append("## (a) Padded versus packed\n\n" + part_a(
+        sizes["lengths"], sizes["d"], sizes["block"], sizes["repeats"], args.threads) + "\n")
+    print(parts[-1], flush=True)
+    parts.append("## (b) Skipping empty tiles\n\n" + part_b(
+        sizes["T"], sizes["d"], sizes["blocks"], sizes["repeats"], args.threads) + "\n")
+    print(parts[-1], flush=True)
     c = "skipped (--no-compile)" if args.no_compile else part_c(sizes["T"], sizes["d"],
                                                                 sizes["repeats"], args.threads)
-    print("## (c) Compiled FlexAttention\n\n" + c + "\n", flush=True)
+    parts.append("## (c) Compiled FlexAttention\n\n" + c + "\n")
+    print(parts[-1], flush=True)
+    parts.append(f"Whole run: {time.perf_counter() - start:.0f} s.")
+    if args.save:
+        from bench_results import write_results
+
+        write_results(args.save, "\n".join(parts),
+                      "Masks as functions: padded versus packed, block skipping, FlexAttention",
+                      " ".join(["python benchmarks/bench_masks.py"]
+                               + (sys.argv[1:] if argv is None else argv)),
+                      kind="results_masks")
+
 
 if __name__ == "__main__":
     main()

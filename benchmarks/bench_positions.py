@@ -6,11 +6,13 @@ two warm-up rounds, then repeats that alternate the calls), and the ratios are o
 a change in the machine's load falls on all of them alike.
 
     .venv/bin/python benchmarks/bench_positions.py [--repeats 15] [--threads 1]
+    .venv/bin/python benchmarks/bench_positions.py --save benchmarks/results_positions.md
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -91,15 +93,28 @@ def sdpa_table(B: int, h: int, T: int, d_h: int, repeats: int, threads: int) -> 
     return "\n".join(lines)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--threads", type=int, default=1)
-    a = p.parse_args()
-    print(step_table(16, 64, 64, 4, 2, True, a.repeats, a.threads), "\n")
-    print(step_table(16, 64, 64, 4, 2, False, a.repeats, a.threads), "\n")
-    print(sdpa_table(8, 4, 512, 16, a.repeats, a.threads), "\n")
-    print(f"Measured under {conditions()}; torch {torch.__version__}.")
+    p.add_argument("--save", default=None,
+                   help="also write the tables to this Markdown file (benchmarks/"
+                   "results_positions.md) and their values to the .json next to it")
+    a = p.parse_args(argv)
+    parts = []
+    for part in (lambda: step_table(16, 64, 64, 4, 2, True, a.repeats, a.threads),
+                 lambda: step_table(16, 64, 64, 4, 2, False, a.repeats, a.threads),
+                 lambda: sdpa_table(8, 4, 512, 16, a.repeats, a.threads),
+                 lambda: f"Measured under {conditions()}; torch {torch.__version__}."):
+        parts.append(part())
+        print(parts[-1], "\n", flush=True)
+    if a.save:
+        from bench_results import write_results
+
+        write_results(a.save, "\n\n".join(parts), "Position schemes: cost per training step",
+                      " ".join(["python benchmarks/bench_positions.py"]
+                               + (sys.argv[1:] if argv is None else argv)),
+                      kind="results_positions")
 
 
 if __name__ == "__main__":
