@@ -13,7 +13,9 @@ Keys (flat, dot-separated; ``TABLE.ROW.COLUMN[.PART]``):
   ``time_fwd``, ``memory``, ``targets``.
 * ``ROW`` joins the row's key cells (the first ``n`` columns, :data:`TABLES`) with dots: a
   number is prefixed with its column's name (``d64.T1024``, ``threads1``), text is slugged
-  (``fwd+bwd`` -> ``fwd_bwd``, ``one head`` -> ``one_head``).
+  (``fwd+bwd`` -> ``fwd_bwd``, ``one head`` -> ``one_head``). Rows that are sentences have short
+  names (:data:`ROW_NAMES`): the target "fused ≤ 1.1× sdpa, every T ≥ 512, ..." is
+  ``targets.fused_vs_sdpa``.
 * ``COLUMN`` is the column's slugged name, parenthesised text dropped (``sdpa_3d``,
   ``fused GFLOP/s (% of matmul)`` -> ``fused_gflop_s``). A slug keeps letters, digits and ``_``;
   ``≤``/``≥`` become ``le``/``ge``, ``×`` becomes ``x``; parenthesised text is dropped unless two
@@ -24,7 +26,8 @@ Keys (flat, dot-separated; ``TABLE.ROW.COLUMN[.PART]``):
 
 Facts stated in sentences (``matmul_gflops``, ``kv_threads.cache.one_head``, ...) and facts
 derived from the tables (``explicit_slope.up_to_T1024.min``, ``fused_over_sdpa.fwd.max``,
-``targets.<slug>.limit``) are listed in :data:`FACTS` and :func:`derived`.
+``targets.fused_vs_sdpa.limit``, ``.worst``, ``.min_T``) are listed in :data:`FACTS` and
+:func:`derived`.
 
     python benchmarks/bench_results.py   # rewrite every .json from its .md (no benchmark run)
 """
@@ -67,6 +70,24 @@ FACTS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         (r"First compiled call \(compile included\): \*\*([\d.]+) s\*\*", ("flex.first_call_s",))],
     "results_positions": [],
     "train_results": [],
+}
+
+# Short row keys for tables whose first cell is a sentence: (pattern, key with \\1 for groups).
+ROW_NAMES: dict[str, list[tuple[str, str]]] = {
+    "targets": [
+        (r"^fused with (\w+) padding ≤", r"padded_time_\1"),
+        (r"^fused with (\w+) padding: fwd peak memory", r"padded_memory_\1"),
+        (r"^general route", "general_route"),
+        (r"^fused ≤ [\d.]+× sdpa", "fused_vs_sdpa"),
+        (r"^fused faster than nn.MultiheadAttention", "fused_vs_mha"),
+        (r"^fused ≥ \d+% of matmul throughput at T=\d+, fwd$", "fused_matmul_share_fwd"),
+        (r"^fused ≥ \d+% of matmul throughput at T=\d+, fwd\+bwd$", "fused_matmul_share_fwd_bwd"),
+        (r"^online fwd peak memory", "online_memory"),
+        (r"^online memory grows", "online_memory_growth"),
+        (r"^online fwd time", "online_time"),
+        (r"^KV cache ≥ .*, ([\w ]+)$", r"kv_speed_up_\1"),
+        (r"^tiny model: the same tokens", "kv_same_tokens"),
+    ],
 }
 
 NUMBER = r"-?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?"
@@ -128,9 +149,26 @@ def _cells(line: str) -> list[str]:
     return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def short_name(table: str, first_cell: str) -> str | None:
+    """The short key of a row whose first cell is a sentence (:data:`ROW_NAMES`), if any."""
+    for pattern, short in ROW_NAMES.get(table, []):
+        m = re.search(pattern, first_cell)
+        if m:
+            return slug(m.expand(short))
+    return None
+
+
+def target_key(name: str) -> str:
+    """The row key of a target: its short name, else the slug of its sentence."""
+    return short_name("targets", name) or slug(name)
+
+
 def table_values(name: str, keys: int, header: list[str], rows: list[list[str]]) -> dict:
     """The flat values of one table (see the module docstring for the keys)."""
     def row_key(cells: list[str], keep_parens: bool) -> str:
+        short = short_name(name, cells[0])
+        if short is not None:
+            return short
         parts = []
         for col, cell in zip(header[:keys], cells[:keys]):
             is_number = re.fullmatch(NUMBER, cell) is not None
@@ -232,15 +270,16 @@ def derived(stem: str, text: str, values: dict) -> dict:
                 out[f"memory_slope.{method}.{mode}"] = round(_slope(t1, v1, t2, v2), 4)
     targets = [t for t in tables(text) if re.search(r"### Targets", t[0])]
     for row in targets[0][2] if targets else []:  # each target's limit, read off its name
+        key = f"targets.{target_key(row[0])}"
         limit = re.search(rf"[≤≥] ({NUMBER})\s*[×%]", row[0])
         if limit:
-            out[f"targets.{slug(row[0])}.limit"] = number(limit.group(1))
+            out[f"{key}.limit"] = number(limit.group(1))
         worst = re.search(rf"worst (?:[\w/]+ )?({NUMBER})×", row[1])
         if worst:
-            out[f"targets.{slug(row[0])}.worst"] = number(worst.group(1))
+            out[f"{key}.worst"] = number(worst.group(1))
         low = re.search(r"T ≥ (\d+)", row[0])
         if low:
-            out[f"targets.{slug(row[0])}.min_T"] = int(low.group(1))
+            out[f"{key}.min_T"] = int(low.group(1))
     gains = re.search(r"with the cache (.+?); recomputing (.+?)\. ", text)
     if gains:
         for side, part in zip(("cache", "recomputing"), gains.groups()):
