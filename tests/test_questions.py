@@ -208,3 +208,30 @@ def test_choice_explanations_name_a_reason():
                 if not option.get("correct"):
                     assert not re.match(r"^(right|correct)\b", option["explanation"], re.I), (
                         f"{path.name} {q['id']}: a wrong option explained as right")
+
+
+_TEX_COMMAND = re.compile(r"\\([A-Za-z]+)")
+_MATH = re.compile(r"\$\$.+?\$\$|\$.+?\$", re.S)
+
+
+def _tex_commands(text):
+    return {c for m in _MATH.finditer(text) for c in _TEX_COMMAND.findall(m.group(0))}
+
+
+def test_question_math_uses_only_commands_the_site_defines():
+    """A TeX command in a question is one of _config.yml's macros or one a chapter page already
+    typesets (the browser test checks those pages), so a typo such as \\q for \\vq fails here,
+    in seconds, instead of as an undefined macro in the browser test (CI, 2026-12-04, ch. 17)."""
+    import yaml
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    macros = set(config["sphinx"]["config"]["mathjax3_config"]["tex"]["macros"])
+    known = macros | {"phi"}  # plain TeX Greek used only in questions
+    for page in (ROOT / "book").glob("*.md"):
+        known |= _tex_commands(page.read_text(encoding="utf-8"))
+    for path in FILES:
+        unknown = _tex_commands(path.read_text(encoding="utf-8")) - known
+        assert not unknown, f"{path.name}: TeX commands no page defines or uses: {sorted(unknown)}"
+
+
+def test_tex_command_check_catches_an_undefined_macro():
+    assert _tex_commands(r"a dot product $\q_i \cdot \vk_j$") == {"q", "cdot", "vk"}

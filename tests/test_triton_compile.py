@@ -109,3 +109,35 @@ def test_launch_table_covers_every_gpu_and_dtype():
     assert default_precision(75, torch.float32) == "ieee"
     assert default_precision(None, torch.float32) == "ieee"
     assert default_precision(90, torch.float16) == "ieee"  # ignored for 16-bit inputs
+
+
+def test_the_record_of_this_triton_matches_a_fresh_compilation(rows):
+    """compiled/triton-<version>.json, which the labs read to show another release's table,
+    is what this release compiles now (`make test` checks 3.9 here and 3.6 in `triton36`)."""
+    import triton
+
+    from attnbook.gpu.compile_check import RECORD_FIELDS, recorded_table, recorded_versions
+
+    assert {"3.6.0", "3.9.0"} <= set(recorded_versions())
+    if triton.__version__ not in recorded_versions():
+        pytest.fail(f"no compile record for Triton {triton.__version__}: write it with "
+                    "`python -m attnbook.gpu.compile_check --record`")
+    kept = recorded_table(triton.__version__)
+    fresh = [{k: r[k] for k in RECORD_FIELDS} for r in rows]
+    changed = [(k, f) for k, f in zip(kept, fresh) if k != f]
+    assert len(kept) == len(fresh) and not changed, (
+        f"Triton {triton.__version__} now compiles {len(changed)} launches differently from its "
+        f"record, e.g. {changed[:1]}; re-record it (python -m attnbook.gpu.compile_check "
+        "--record) and re-execute Labs 17 and 18")
+
+
+def test_recorded_table_refuses_an_unknown_release_or_case():
+    from attnbook.gpu.compile_check import Case, recorded_table
+
+    with pytest.raises(ValueError, match="no compile record for Triton 0.1"):
+        recorded_table("0.1")
+    odd = Case("forward", 75, "fp16", 64, True, "ieee", launch_config("forward", 75,
+                                                                      torch.float16, 64))
+    odd = Case(**{**odd.__dict__, "d": 32})
+    with pytest.raises(ValueError, match="lacks 1 of these cases"):
+        recorded_table("3.6.0", [odd])

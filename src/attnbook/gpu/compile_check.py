@@ -16,6 +16,13 @@ interpreter, so a process that interprets (``TRITON_INTERPRET=1``, as the labs a
 CPU do) runs the compilation in a fresh subprocess: :func:`compile_table`.
 
 Run ``python -m attnbook.gpu.compile_check`` for the table as Markdown.
+
+A Colab GPU runtime ships its own Triton (3.6), not the one this book pins (3.9), and the two
+compile the same kernel differently. Each release's table of every launch is kept in
+``compiled/triton-<version>.json`` (package data): ``python -m attnbook.gpu.compile_check
+--record`` writes the one of the Triton it runs under, :func:`recorded_table` reads it back, and
+``tests/test_triton_compile.py`` fails when the record of the running release no longer matches
+a fresh compilation, so the labs can show the other release's numbers without having it.
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -309,10 +317,71 @@ def _row(result: Result) -> dict:
             "instruction": result.instruction, "fits": result.fits}
 
 
+RECORDS = Path(__file__).with_name("compiled")
+# Fields a record keeps per row: the case and what the compiler made of it.
+RECORD_FIELDS = ("kernel", "arch", "dtype", "d", "causal", "precision", "block_m", "block_n",
+                 "num_warps", "num_stages", "shared", "limit", "registers", "spill_stores",
+                 "instruction", "fits")
+
+
+def record_path(version: str) -> Path:
+    """Where the compile table of Triton ``version`` is kept."""
+    return RECORDS / f"triton-{version}.json"
+
+
+def recorded_versions() -> list[str]:
+    """The Triton releases whose compile tables are kept, oldest first."""
+    def key(v):
+        return tuple(int(x) for x in v.split(".") if x.isdigit())
+    return sorted((p.stem.removeprefix("triton-") for p in RECORDS.glob("triton-*.json")),
+                  key=key)
+
+
+def recorded_table(version: str, cases: list[Case] | None = None) -> list[dict]:
+    """The kept compile table of Triton ``version``, rows as :func:`compile_table` returns them.
+
+    Args:
+        version: a Triton release with a record, e.g. ``"3.6.0"`` (see :func:`recorded_versions`).
+        cases: keep only these cases, in this order (default: every recorded row).
+
+    Raises:
+        ValueError: no record for that release, or a case the record lacks.
+    """
+    path = record_path(version)
+    if not path.exists():
+        raise ValueError(f"no compile record for Triton {version}; kept: "
+                         f"{', '.join(recorded_versions()) or 'none'} (write one with "
+                         "`python -m attnbook.gpu.compile_check --record` under that Triton)")
+    rows = json.loads(path.read_text(encoding="utf-8"))["rows"]
+    if cases is None:
+        return rows
+    by = {_case_from(r): r for r in rows}
+    missing = [c for c in cases if c not in by]
+    if missing:
+        raise ValueError(f"the Triton {version} record lacks {len(missing)} of these cases, "
+                         f"e.g. {missing[0]}; re-record it")
+    return [by[c] for c in cases]
+
+
+def write_record(rows: list[dict], version: str) -> Path:
+    """Keep ``rows`` (every launch, compiled under Triton ``version``) as its record."""
+    path = record_path(version)
+    path.parent.mkdir(exist_ok=True)
+    body = {"triton": version, "rows": [{k: r[k] for k in RECORD_FIELDS} for r in rows]}
+    path.write_text(json.dumps(body, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``--json``: read cases (JSON) on stdin, write rows; otherwise print the Markdown table."""
+    """``--json``: read cases (JSON) on stdin, write rows; ``--record``: write this Triton's
+    record of every launch; otherwise print the Markdown table."""
     argv = sys.argv[1:] if argv is None else argv
-    if "--json" in argv:
+    if "--record" in argv:
+        import triton
+
+        # Through compile_table: the same environment (no interpreter, ptxas's log) as the labs.
+        print(write_record(compile_table(), triton.__version__))
+    elif "--json" in argv:
         cases = [_case_from(row) for row in json.loads(sys.stdin.read() or "[]")]
         json.dump([_row(r) for r in compile_all(cases or None)], sys.stdout)
     else:
