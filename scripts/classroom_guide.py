@@ -11,7 +11,6 @@ is out of date.
 from __future__ import annotations
 
 import math
-import re
 import sys
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import nbformat
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import classroom  # noqa: E402
+import main_line_words  # noqa: E402
 
 ROOT = classroom.ROOT
 OUTPUT = ROOT / "book" / "generated" / "course_checks.md"
@@ -27,7 +27,10 @@ WORDS_PER_MINUTE = 200  # a common estimate for technical reading
 
 
 def _words(text: str) -> int:
-    return len(re.findall(r"[A-Za-z]{2,}", text))
+    """Prose words of a page, collapsed blocks included (a reader opens them too), code and
+    math left out: scripts/main_line_words.py's rule, so the two counts cannot disagree."""
+    counts = main_line_words.count(text)
+    return counts.visible + counts.collapsed
 
 
 def render_times() -> str:
@@ -39,8 +42,7 @@ def render_times() -> str:
         chapter = ROOT / "book" / f"{path.stem}.md"
         if not chapter.exists():
             continue
-        text = re.sub(r"```.*?```", "", chapter.read_text(encoding="utf-8"), flags=re.S)
-        words = _words(text)
+        words = _words(chapter.read_text(encoding="utf-8"))
         exercises = len(classroom.find_exercises(nbformat.read(path, as_version=4)))
         # Rounded up to the next 5 minutes: the guide calls the reading time a lower bound.
         minutes = max(5, math.ceil(words / WORDS_PER_MINUTE / 5) * 5)

@@ -17,8 +17,8 @@ For each page it prints three counts:
 A word is a run of letters (apostrophes and hyphens inside it allowed); inline code counts as one
 word, a glued value, a cross-reference or a citation as none, ``{term}`text <target>``` as its
 text. The rule is deliberately simple, so that a count is reproducible and a before/after
-comparison fair; it is not the course guide's reading-time estimate
-(``scripts/classroom_guide.py``), which drops every fenced block.
+comparison fair. The course guide's reading times (``scripts/classroom_guide.py``) count
+visible + collapsed words by the same rule.
 """
 
 from __future__ import annotations
