@@ -141,3 +141,20 @@ def test_recorded_table_refuses_an_unknown_release_or_case():
     odd = Case(**{**odd.__dict__, "d": 32})
     with pytest.raises(ValueError, match="lacks 1 of these cases"):
         recorded_table("3.6.0", [odd])
+
+
+def test_differences_names_what_another_release_compiles_differently():
+    """Labs 17 and 18 paste these beside their tables: Triton 3.6's T4 float32 backward (d = 64)
+    differs from 3.9's in shared memory, registers and spills; a row equals itself."""
+    from attnbook.gpu.compile_check import differences, recorded_table
+
+    t39, t36 = recorded_table("3.9.0"), recorded_table("3.6.0")
+    key = ("backward", 75, "fp32", 64)
+    row39, row36 = ([r for r in t if (r["kernel"], r["arch"], r["dtype"], r["d"]) == key][0]
+                    for t in (t39, t36))
+    said = differences(row39, row36)
+    assert said.startswith(f"{row36['shared'] // 1024} KiB, {row36['registers']} registers, ")
+    assert f"{row36['spill_stores']} B spilled" in said and "fma" not in said
+    assert differences(row39, row39) == ""
+    with pytest.raises(ValueError, match="not the same launch"):
+        differences(row39, {**row39, "block_m": row39["block_m"] * 2})

@@ -299,6 +299,36 @@ def summary(row: dict) -> str:
             f"{row['instruction']}{fits}")
 
 
+def differences(row: dict, other: dict) -> str:
+    """What ``other``, the same launch compiled by another Triton release, reports differently.
+
+    Args:
+        row, other: two rows of :func:`compile_table` or :func:`recorded_table` for one launch.
+
+    Returns:
+        The fields that differ, with ``other``'s values as :func:`summary` writes them (e.g.
+        ``"26 KiB, 80 registers, 8 B spilled"``), or ``""`` where shared memory, registers,
+        spills and instruction all agree.
+
+    Raises:
+        ValueError: the rows are not the same launch (kernel, GPU, dtype, blocks, ...).
+    """
+    if _case_from(row) != _case_from(other):
+        raise ValueError(f"not the same launch: {_case_from(row)} and {_case_from(other)}")
+    out = []
+    if row["shared"] != other["shared"]:
+        out.append(f"{other['shared'] / 1024:.0f} KiB"
+                   if round(row["shared"] / 1024) != round(other["shared"] / 1024)
+                   else f"{other['shared']} B of shared memory")
+    if row["registers"] != other["registers"]:
+        out.append(f"{other['registers']} registers")
+    if row["spill_stores"] != other["spill_stores"]:
+        out.append(f"{other['spill_stores']} B spilled")
+    if row["instruction"] != other["instruction"]:
+        out.append(other["instruction"])
+    return ", ".join(out)
+
+
 def _case_dict(case: Case) -> dict:
     out = asdict(case)
     out.update(out.pop("config"))
