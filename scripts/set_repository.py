@@ -10,7 +10,8 @@ _config.yml's ``repository`` block is the one setting; this script writes the ne
 there and then everywhere that repeats it: every lab's setup cell (``pip install
 "git+URL@BRANCH"``, rewritten from scripts/nbtools.py's setup_cell_source, so only that cell
 changes and outputs stay), the README, and any other text file of the book that names the old
-address. The Colab links on the site are built from the same block at build time.
+address. The Colab links on the site and every page's "Report a problem" link (a new issue
+in this repository: _ext/attnbook_report.py) are built from the same block at build time.
 """
 
 from __future__ import annotations
