@@ -1,7 +1,10 @@
 """Measuring tools shared by the labs of Part III and the benchmarks: tensor memory and time.
 
 ``LiveTensorBytes`` counts the bytes of the tensors a call creates and keeps alive (exact and
-the same on every run). Time has one protocol, used by every lab and by ``benchmarks/``:
+the same on every run). CPU time has one protocol, used by the labs that compare CPU timings
+(Labs 9 to 12, 14 and 15) and by ``benchmarks/``. It reads the host's clock
+(``time.perf_counter``), which is right for CPU work: a CPU call has done its work when it
+returns.
 
 * :func:`compare` times several calls **interleaved** (one repeat of each in turn, so a change
   in the machine's load hits all of them alike) after ``warmup`` untimed rounds, on a stated
@@ -15,8 +18,10 @@ the same on every run). Time has one protocol, used by every lab and by ``benchm
   the same call take twice as long in one lab as in another. :func:`fresh_pages` fixes the
   opposite behaviour, to measure that cost on purpose.
 
-Kernel-level GPU timing (CUDA events, L2 flushing) is :func:`attnbook.gpu.timing.benchmark`;
-on the CPU it runs the loop of :func:`timings`.
+GPU work needs another clock: a CUDA call returns once its kernel is queued, before it has run.
+Kernel-level GPU timing (CUDA events, L2 flushing) is :func:`attnbook.gpu.timing.benchmark`,
+which the GPU labs (17 to 19) use; on the CPU it runs the loop of :func:`timings`, one call at a
+time, not interleaved.
 
 Its arguments are checked with :func:`attnbook.checks.check_whole_number`.
 """

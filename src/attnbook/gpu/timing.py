@@ -1,17 +1,22 @@
-"""One timing helper for GPU (and CPU) work: warm-up, synchronised events, median and spread.
+"""The timing helper for GPU work (CPU work too): warm-up, CUDA events, median and quartiles.
 
 A CUDA kernel launch returns before the kernel has run, so ``time.perf_counter()`` around a
 call measures the launch, not the work. :func:`benchmark` times each repetition between two
 CUDA events recorded on the stream, so the GPU itself stamps when the work started and ended.
 It synchronises after the warm-up and once at the end, not after every repetition: a
 synchronisation per call would leave the GPU idle while the host prepares the next launch, and
-for a kernel of tens of microseconds that idle gap, not the kernel, would be measured. With
+for a kernel of tens of microseconds that gap would be measured with the kernel and could weigh
+as much. The events time the GPU's work only while the host queues calls faster than the GPU
+runs them: for a kernel shorter than its launch from Python, the GPU waits for the host either
+way. With
 ``flush_l2`` a 256 MB buffer is zeroed before each repetition (outside the events), so every
 call reads its inputs from HBM rather than from the L2 cache, as in ``triton.testing.do_bench``.
 
 On the CPU the same helper times with ``time.perf_counter``, which is right there: CPU work
-is finished when the call returns. That loop is :func:`attnbook.measure.timings`, the one the
-CPU labs and ``benchmarks/`` use.
+is finished when the call returns. That loop is :func:`attnbook.measure.timings`, one call at a
+time. The CPU labs that compare timings (9 to 12, 14, 15) and ``benchmarks/`` use
+:func:`attnbook.measure.compare` instead, which interleaves the calls it compares and fixes the
+number of threads.
 """
 
 from __future__ import annotations
