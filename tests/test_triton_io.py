@@ -45,7 +45,8 @@ def test_io_orders():
     N, d = 8192, 128
     assert flash_io(N, d, 256, 256) < flash_io(N, d, 64, 64) / 3
     assert flash_io_bound(N, d, 4 * 128 * 64) == pytest.approx(
-        2 * N * d + 2 * N * d * (N / 64))  # M = 4 d b gives b = 64: the loop count's term
+        2 * N * d + 2 * N * d * (N / 51))  # M = 4 d · 64: b_n = 64 keys, and with the 51 x 64
+    # score tile b_m = 51 queries fit (io_cost.sram_blocks): the loop count's term
     assert flash_io(N, 64, 128, 128) < standard_io(N, 64) / 3  # ratio -> 2 b / d
 
 
