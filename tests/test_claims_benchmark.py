@@ -48,11 +48,11 @@ def test_chapter9_states_the_measured_slopes():
 
 
 def test_chapter9_small_peak_memory_entries_are_noise():
-    """§9.4: 'at T = 128 some of its forward+backward entries read X MiB, below what the call
-    allocates': a forward+backward entry below every forward entry of the same length (the
-    forward+backward call allocates at least what the forward does)."""
+    """'How we measure' (cited by §9.4): 'at T = 128 some of its forward+backward entries read
+    X MiB, below what the call allocates': a forward+backward entry below every forward entry of
+    the same length (the forward+backward call allocates at least what the forward does)."""
     assert VALUES["memory.d64.T128.fwd_bwd.min"] < VALUES["memory.d64.T128.fwd.min"]
-    page = _page("09_cost.md")
+    page = _page("how_we_measure.md")
     assert _pastes(page, "memory.d64.T128.fwd_bwd.min")
     assert "some of its forward+backward entries read" in page
 
