@@ -25,7 +25,7 @@ COLAB_VENV  := $(VENV)/colab
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
 
 .PHONY: install install-book assets book test lint unit nbval nbval-other-cpu colab site browser \
-	notebooks figures clean classroom grade
+	notebooks figures clean classroom grade lms
 
 $(BOOK_STAMP): requirements-book.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -130,6 +130,11 @@ classroom: install
 grade: install
 	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder [LABS=04_causal_mask,...] [JOBS=N]"; exit 1; }
 	$(BIN)/python scripts/grade.py "$(SUBMISSIONS)" $(if $(LABS),--labs $(LABS)) $(if $(JOBS),--jobs $(JOBS))
+
+# The chapters' retrieval questions as Moodle XML, one file per chapter, in _build/lms/moodle
+# (scripts/export_questions.py; import steps in book/course_guide.md).
+lms: install-book
+	$(BIN)/python scripts/export_questions.py --format moodle --out _build/lms
 
 clean:
 	rm -rf _build
