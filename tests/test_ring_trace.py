@@ -140,3 +140,76 @@ def test_what_the_chapter_says_of_the_cpu_flash_kernel():
         torch.ones(4, 4, dtype=torch.bool).triu(1), float("-inf"))
     torch.testing.assert_close(lse[0, 0, 2:], torch.logsumexp(s, -1)[0, 0, 2:])
     assert isinstance(F.scaled_dot_product_attention(q, k, v), torch.Tensor)
+
+
+def _lab15_static_views():
+    """Lab 15's stored static widgets: [(control labels, {index tuple: view as a grey image})].
+
+    Read from the executed lab's saved widget state, as the site renders it: the VBox marked by
+    ``attnbook.static_widgets.STATIC_CLASS`` holds the controls and the root of the stacks, one
+    level of stacks per control, each leaf an Output with the view's figure."""
+    import base64
+    import io
+    import json
+    from pathlib import Path
+
+    import numpy as np
+    from PIL import Image
+
+    from attnbook.static_widgets import STATIC_CLASS
+
+    lab = Path(__file__).resolve().parents[1] / "notebooks" / "15_ring_attention.ipynb"
+    nb = json.loads(lab.read_text(encoding="utf-8"))
+    state = nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+
+    def kids(model_id):
+        return [c.removeprefix("IPY_MODEL_") for c in state[model_id]["state"]["children"]]
+
+    def image(output_id):
+        [png] = [o["data"]["image/png"] for o in state[output_id]["state"]["outputs"]
+                 if "image/png" in o.get("data", {})]
+        grey = Image.open(io.BytesIO(base64.b64decode("".join(png).replace("\n", ""))))
+        return np.asarray(grey.convert("L"), dtype=float)
+
+    found = []
+    for model in state.values():
+        if STATIC_CLASS not in model["state"].get("_dom_classes", []):
+            continue
+        children = [c.removeprefix("IPY_MODEL_") for c in model["state"]["children"]]
+        labels = [state[c]["state"]["_options_labels"] for c in children[:-1]]
+        views = {}
+
+        def walk(stack_id, chosen, views=views):
+            for i, kid in enumerate(kids(stack_id)):
+                if state[kid]["model_name"] == "StackModel":
+                    walk(kid, (*chosen, i))
+                else:
+                    views[(*chosen, i)] = image(kid)
+
+        walk(children[-1], ())
+        found.append((labels, views))
+    return found
+
+
+def test_every_control_of_lab15s_widget_changes_the_view():
+    """From every view, moving any one control to any other value changes what is drawn, by more
+    than a number in a title: at least 1% of the pixels. (A step slider that ran past a small
+    ring's last step once showed the same finished ring for both layouts.)"""
+    import numpy as np
+
+    widgets_found = _lab15_static_views()
+    assert widgets_found, "Lab 15 stores no static widget: run it (scripts/run_notebooks.py)"
+    for labels, views in widgets_found:
+        assert len(views) == np.prod([len(opts) for opts in labels])
+        for chosen, view in views.items():
+            for k, options in enumerate(labels):
+                for i in range(len(options)):
+                    if i == chosen[k]:
+                        continue
+                    other = views[(*chosen[:k], i, *chosen[k + 1:])]
+                    changed = (1.0 if other.shape != view.shape
+                               else float((np.abs(other - view) > 30).mean()))
+                    assert changed > 0.01, (
+                        f"moving {options[chosen[k]]!r} to {options[i]!r} (others "
+                        f"{[labels[j][c] for j, c in enumerate(chosen) if j != k]}) changes "
+                        f"{changed:.2%} of the pixels")
