@@ -114,7 +114,7 @@ def decoding_splits(outdir: Path) -> Path:
                 va="center", fontsize=8)
         ax.annotate("", xy=(T / 2, -0.25), xytext=(s * chunk + chunk / 2, 0.75),
                     arrowprops=dict(arrowstyle="->", color="grey"))
-    ax.text(T / 2, -0.55, r"merge: $y = \sum_s e^{L_s - m} y_s \,/\, \sum_s e^{L_s - m}$",
+    ax.text(T / 2, -0.55, r"merge: $y = \sum_u e^{L_u - m} y_u \,/\, \sum_u e^{L_u - m}$",
             ha="center", va="center", fontsize=9)
     ax.text(-0.5, 2.5, "one query's\ncached keys", ha="right", va="center", fontsize=8)
     ax.set_xlim(-7, T + 1)
