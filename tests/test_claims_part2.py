@@ -197,7 +197,7 @@ def test_masked_softmax_computes_half_precision_in_float32():
 
 
 def test_fig_pad_nan_rows_agree_up_to_rounding():
-    """Fig. 5.2: 'Every other row agrees with the seed's up to rounding (about 3e-8)'."""
+    """Fig. 5.2: 'Every other row agrees with the original module's up to rounding (about 3e-8)'."""
     torch.manual_seed(0)
     T = 5
     pm = torch.tensor([False, False, True, True, True])  # two left padding tokens

@@ -22,7 +22,7 @@ from .weighted_sum import weighted_sum
 
 
 class Attention(nn.Module):
-    """Single-head causal self-attention, the seed's module made robust.
+    """Single-head causal self-attention, the original module made robust.
 
     Each token's output is a weighted average of the value vectors of the tokens at or
     before it; the weights come from how well its query matches their keys.
@@ -31,7 +31,7 @@ class Attention(nn.Module):
         d_model: width ``d`` of each token vector (input and output).
         context_length: the longest sequence the module accepts; sizes the causal mask.
 
-    Mask conventions (the seed's):
+    Mask conventions (the original module's):
         * ``self.mask`` (the causal mask) is True where attention is blocked (``j > i``).
         * ``padding_mask`` is True for real tokens, False for padding. It masks keys:
           no query attends to a padded token.
@@ -39,7 +39,7 @@ class Attention(nn.Module):
     Empty rows:
         A query that can see no real key (left padding: it and everything before it is
         padding) gets all-zero weights, so its output is the zero vector, with finite
-        (zero) gradients. The seed returned NaN there.
+        (zero) gradients. The original module returned NaN there.
 
     Fused path:
         With ``fused=True`` (or ``m.fused = True`` later) steps 2 to 6 run as one call to
@@ -49,12 +49,12 @@ class Attention(nn.Module):
         explicit steps instead.
 
     Positions (chapter 20):
-        ``position="none"`` (the default) is the seed's module: it sees its keys as a set.
+        ``position="none"`` (the default) is the original module: it sees its keys as a set.
         ``"rope"`` rotates q and k after step 1 (:func:`attnbook.positions.apply_rope`, with
         ``rope_base``, ``rope_layout`` and ``rope_scaling``, a plain attribute that may be
         changed after training); ``"alibi"`` adds -m_h (i - j) to the scaled scores before
         masking (one head: m = alibi_slopes(1) = 1/256). Neither adds a parameter, so the
-        state_dict is the seed's. Positions default to 0 .. T - 1, skipping pads when a
+        state_dict is the original module's. Positions default to 0 .. T - 1, skipping pads when a
         padding mask is given (:func:`attnbook.positions.default_positions`);
         ``forward(..., positions=p)`` overrides them.
 
@@ -62,8 +62,8 @@ class Attention(nn.Module):
         x: (B, T, d_model) with T <= context_length; padding_mask: (B, T) bool
         -> (B, T, d_model)
 
-    The parameter and buffer names (``query``, ``key``, ``value``, ``mask``) are the seed's,
-    so a ``state_dict`` saved from the seed's module loads unchanged.
+    The parameter and buffer names (``query``, ``key``, ``value``, ``mask``) are the original
+    module's, so a ``state_dict`` saved from the original module loads unchanged.
     """
 
     def __init__(self, d_model: int, context_length: int, fused: bool = False,
@@ -87,14 +87,15 @@ class Attention(nn.Module):
         self.key = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
         # A buffer, not a parameter: it follows .to(device), is saved, and is never trained.
-        # Named "mask" because the seed's checkpoints call it that.
+        # Named "mask" because the original module's checkpoints call it that.
         self.register_buffer("mask", causal_mask(context_length))
         # One head of width d: the KV cache (chapter 12) reads these three numbers.
         self.n_heads = self.n_kv_heads = 1
         self.d_head = d_model
         # A plain attribute, not saved in the state_dict: which path computes the same result.
         self.fused = fused
-        # Plain attributes too: RoPE and ALiBi have no parameters, so the state_dict is the seed's.
+        # Plain attributes too: RoPE and ALiBi have no parameters, so the state_dict stays the
+        # original module's.
         self.position, self.rope_base, self.rope_layout = position, rope_base, rope_layout
         self.rope_scaling = rope_scaling
 

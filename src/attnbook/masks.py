@@ -1,6 +1,6 @@
 """Step 4 and padding: which keys a query may not see, and how other libraries say the same.
 
-Convention used throughout attnbook (the seed's):
+Convention used throughout attnbook (the original module's):
 
 * the causal mask is True where attention is **blocked** (key j is in the future of query i);
 * ``padding_mask`` is True for **real** tokens and False for padding.

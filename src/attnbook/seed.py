@@ -1,6 +1,6 @@
-"""The seed: the original module the book starts from, kept as a reference.
+"""The original module the book starts from (the "seed"), kept as a reference.
 
-Its code lines are the seed's, re-indented (the copy we received had lost its indentation);
+Its code lines are the original's, re-indented (the copy we received had lost its indentation);
 its long banner comments are cut. Use :class:`attnbook.Attention` for real work: this one
 returns NaN for a query that sees only padding, and checks no input. The book uses it to
 reproduce that flaw and to save checkpoints the final module must load.
@@ -15,7 +15,7 @@ import torch.nn as nn
 
 
 class Attention(nn.Module):
-    """The seed's single-head causal self-attention, unchanged. (B, T, d_model) -> same."""
+    """The original single-head causal self-attention, unchanged. (B, T, d_model) -> same."""
 
     def __init__(self, d_model: int, context_length: int,):
         super().__init__()
