@@ -1,8 +1,8 @@
 /*
  * The "Report a problem" link of every page (added by _ext/attnbook_report.py to the header bar):
  * keeps the section it names in step with the reader. The link is built with the page's title as
- * its section; as the reader scrolls, this replaces it with the heading nearest above the top of
- * the window (the last heading the reader has passed), with that section's anchor, in the
+ * its section; as the reader scrolls, this replaces it with the last heading the reader has
+ * passed (or sees in the top quarter of the window), with that section's anchor, in the
  * issue's title and in the "Section:" line of its body. Headings inside closed dropdowns are
  * skipped. Without this script the link still opens an issue naming the page.
  */
@@ -25,10 +25,12 @@
     return section ? section.id : "";
   }
 
-  // The last visible heading whose top is above the bottom of the sticky header (plus a line).
+  // The last visible heading in or above the top quarter of the window below the sticky
+  // header: the section whose text fills the window, or whose heading the reader just passed.
   function currentHeading() {
     var bar = document.querySelector(".bd-header-article");
-    var limit = (bar ? bar.getBoundingClientRect().bottom : 0) + 24;
+    var top = bar ? Math.max(0, bar.getBoundingClientRect().bottom) : 0;
+    var limit = top + Math.max(24, (window.innerHeight - top) / 4);
     var best = null;
     document.querySelectorAll(HEADINGS).forEach(function (h) {
       if (h.getClientRects().length === 0) return;  // hidden (a closed dropdown)
