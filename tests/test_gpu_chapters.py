@@ -55,3 +55,46 @@ def test_compile_tables_were_made_with_todays_configs(key, kernel):
         cfg = config(arch, dtype, d)
         assert text.startswith(f"{cfg.block_m}×{cfg.block_n}, {cfg.num_warps} warps, "
                                f"{cfg.num_stages} stage"), (name, text, cfg)
+
+
+def _pinned_triton() -> str:
+    """The Triton release requirements.txt pins (the labs are executed under it)."""
+    pins = re.findall(r"^triton==([\d.]+)", (ROOT / "requirements.txt").read_text(), re.M)
+    assert len(pins) == 1, pins
+    return pins[0]
+
+
+@pytest.mark.parametrize("key,lab", [("tfwd", "17_triton_forward.ipynb"),
+                                     ("tbwd", "18_triton_backward.ipynb")])
+def test_compile_tables_name_their_triton_and_show_colabs(key, lab):
+    """Each chapter's compile table says it was compiled by the pinned Triton (the glued
+    version is requirements.txt's pin) and pastes, per cell, what Triton 3.6.0 (Colab's GPU
+    runtime) compiles differently, as its record says today."""
+    from attnbook.gpu.compile_check import differences, launch_cases, recorded_table
+
+    values = glued(lab)
+    assert values[f"{key}_cc_triton"] == _pinned_triton()
+    kernel = "forward" if key == "tfwd" else "backward"
+    cases = {}
+    for c in launch_cases():
+        if c.kernel == kernel and c.causal:
+            name = f"{c.dtype}_{c.precision}" if key == "tfwd" else c.dtype
+            cases[f"{name}_d{c.d}_sm{c.arch}"] = c
+    t36 = {k.removeprefix(f"{key}_t36_cc_"): v for k, v in values.items()
+           if k.startswith(f"{key}_t36_cc_")}
+    assert len(t36) >= 9
+    for name, text in t36.items():
+        case = cases[name]
+        want = differences(recorded_table(_pinned_triton(), [case])[0],
+                           recorded_table("3.6.0", [case])[0])
+        assert text == (want or "the same"), (name, text, want)
+    chapter = "17_triton_forward.md" if key == "tfwd" else "18_triton_backward.md"
+    page = (ROOT / "book" / chapter).read_text(encoding="utf-8")
+    tables = re.findall(r"```\{table\} (.*)\n:name: (\S+)\n\n((?:\|.*\n)+)```", page)
+    compiled = [t for t in tables if f"::{key}_cc_" in t[2]]
+    assert compiled, f"{chapter} has no compile table"
+    for caption, name, body in compiled:
+        assert f"::{key}_cc_triton:s` (pinned)" in caption, name
+        assert "Triton 3.6.0 (Colab's GPU runtime)" in caption, name
+        pasted = set(re.findall(rf"::{key}_t36_cc_(\w+):s`", body))
+        assert pasted == set(t36) - {"fp32_tf32x3_d64_sm75"}, name
