@@ -68,3 +68,35 @@ def test_allocator_settings_and_conditions_say_what_they_did():
     assert isinstance(fresh_pages(), bool)
     assert isinstance(keep_freed_memory(), bool)  # last: the setting the labs time under
     assert "load average" in conditions()
+
+
+def test_the_labs_the_docstrings_name_are_the_labs_that_time_so():
+    """attnbook.measure's docstring names the labs that compare CPU timings with ``compare``
+    (9 to 12, 14, 15) and the GPU labs that use ``attnbook.gpu.timing.benchmark`` (17 to 19;
+    Lab 18 times nothing); attnbook.gpu.timing's says the same. A lab that starts or stops
+    timing one way must change the docstrings too."""
+    import json
+    import re
+    from pathlib import Path
+
+    import attnbook.measure as measure
+    from attnbook.gpu import timing
+
+    labs = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+    def code(path):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+
+    def calling(module, name):
+        """Labs that import ``name`` from ``module`` and call it."""
+        imports = rf"from {re.escape(module)} import [^\n]*\b{name}\b"
+        return {int(p.name[:2]) for p in labs
+                if re.search(imports, code(p)) and re.search(rf"\b{name}\(", code(p))}
+
+    assert calling("attnbook.measure", "compare") == {9, 10, 11, 12, 14, 15}
+    assert "(Labs 9 to 12, 14 and 15)" in measure.__doc__
+    assert "(9 to 12, 14, 15)" in timing.__doc__
+    gpu_labs = calling("attnbook.gpu.timing", "benchmark")
+    assert {17, 19} <= gpu_labs <= {2, 17, 18, 19}  # Lab 2 may time with it too
+    assert "the GPU labs (17 to 19)" in measure.__doc__
