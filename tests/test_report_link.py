@@ -110,6 +110,9 @@ def test_the_link_names_page_section_and_commit(built):
     assert f"**Site version:** {commit} (" in query["body"]
     assert f"/commit/{commit})" in query["body"]
     assert "Report a problem" in text  # a real link with words, not an icon alone
+    page = (out / "chapter.html").read_text(encoding="utf-8")
+    assert "_static/attnbook-report.js" in page  # the script that follows the section
+    assert (out / "_static" / "attnbook-report.js").exists()
 
 
 def test_every_page_has_one_link(built):
