@@ -393,4 +393,6 @@ def test_course_guide_lists_the_spaced_review_questions():
     guide = (ROOT / "book" / "course_guide.md").read_text(encoding="utf-8")
     start = guide.index("<!-- spaced review: begin -->")
     end = guide.index("<!-- spaced review: end -->")
-    assert guide[start:end].split("-->", 1)[1].strip() == export_questions.review_table().strip()
+    assert guide[start:end].split("-->", 1)[1].strip() == export_questions.review_table().strip(), (
+        "the spaced-review table of book/course_guide.md is stale: paste the output of "
+        "`python scripts/export_questions.py --review-table` between its markers")
