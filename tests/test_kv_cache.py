@@ -454,3 +454,128 @@ def test_tiny_model_generates_past_its_context_with_a_window():
     with_pos = TinyModel(TinyConfig(**{**cfg.__dict__, "positions": True}))
     with pytest.raises(ValueError, match="position vectors"):
         with_pos.generate(prompt, 17, window=4)
+
+
+# -- the hot path: checks once per generation, the same step (chapter 12, "Against the memory
+# bound"; benchmarks/bench_decode.py measures it) ---------------------------------------------
+
+def _state(cache: KVCache) -> tuple:
+    return (cache.length, cache.padded, cache.k.clone(), cache.v.clone(), cache.real.clone(),
+            cache.positions.clone(), cache.seen.clone())
+
+
+def _assert_same_state(a: KVCache, b: KVCache) -> None:
+    for x, y in zip(_state(a), _state(b)):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x, y)
+        else:
+            assert x == y
+
+
+@pytest.mark.parametrize("kind", ["one head", "gqa", "rope", "alibi", "window"])
+@pytest.mark.parametrize("padded", [False, True])
+def test_decode_step_is_cached_attention_without_the_checks(kind, padded):
+    from attnbook import MultiHeadAttention
+    from attnbook.kv_cache import decode_step
+
+    torch.manual_seed(0)
+    m = {"one head": lambda: Attention(8, 16),
+         "gqa": lambda: MultiHeadAttention(8, 16, 4, n_kv_heads=2),
+         "rope": lambda: MultiHeadAttention(8, 16, 2, position="rope"),
+         "alibi": lambda: MultiHeadAttention(8, 16, 2, position="alibi"),
+         "window": lambda: Attention(8, 16)}[kind]().double()
+    window = 3 if kind == "window" else None
+    B, T = 2, 9
+    x = torch.randn(B, T, 8, dtype=torch.float64)
+    pad = random_padding(B, T, "left") if padded else None
+    caches = [KVCache.for_module(m, B, window=window) for _ in range(2)]
+    for c in caches:
+        cached_attention(m, x[:, :4], c, None if pad is None else pad[:, :4])
+    for t in range(4, T):
+        p = None if pad is None else pad[:, t:t + 1]
+        want = cached_attention(m, x[:, t:t + 1], caches[0], p)
+        got = decode_step(m, x[:, t:t + 1], caches[1], p)
+        assert torch.equal(got, want)
+        _assert_same_state(caches[0], caches[1])
+
+
+def test_a_one_token_step_dispatches_no_arange():
+    """The position of one new token without padding is a view of the count of real tokens,
+    not an arange and an add (two of the few dozen operations of a step)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Names(TorchDispatchMode):
+        names: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    m = Attention(8, 16)
+    cache = KVCache.for_module(m, 2)
+    with torch.no_grad():
+        cached_attention(m, torch.randn(2, 3, 8), cache)
+        with Names() as mode:
+            cached_attention(m, torch.randn(2, 1, 8), cache)
+    assert "arange" not in mode.names and "_scaled_dot_product_flash_attention_for_cpu" in (
+        mode.names)
+    assert cache.positions[:, :4].tolist() == [[0, 1, 2, 3]] * 2
+    assert cache.seen.tolist() == [4, 4]
+
+
+def test_the_positions_of_one_token_survive_the_next_append():
+    """next_positions(None, 1) is a view of ``seen``; append replaces ``seen`` (never writes
+    it in place), so positions handed out earlier keep their values."""
+    cache = KVCache.empty(2, 8, 4)
+    pos = cache.next_positions(None, 1)
+    cache.append(torch.zeros(2, 1, 1, 4), torch.zeros(2, 1, 1, 4))
+    assert pos.tolist() == [[0], [0]]
+    assert cache.next_positions(None, 1).tolist() == [[1], [1]]
+    assert cache.next_positions(None, 3).tolist() == [[1, 2, 3]] * 2
+
+
+def test_generate_still_checks_what_next_input_returns():
+    """generate skips the checks only for an input of the previous output's shape and dtype;
+    anything else goes through cached_attention and gets its error (or, for a valid chunk of
+    two tokens, is attended as before)."""
+    m = Attention(4, 16)
+    prompt = torch.randn(2, 3, 4)
+    with pytest.raises(TypeError, match="dtype"):
+        generate(m, prompt, 2, next_input=lambda y: y.double())
+    with pytest.raises(ValueError, match="features"):
+        generate(m, prompt, 2, next_input=lambda y: y[..., :3])
+    with pytest.raises(TypeError, match="torch.Tensor"):
+        generate(m, prompt, 2, next_input=lambda y: y.tolist())
+    def twice(y):
+        return torch.cat([y, y], dim=1)[:, -2:]  # (B, 2, d): a chunk of two tokens per step
+
+    cache = KVCache.for_module(m, 2)
+    with torch.no_grad():
+        y = cached_attention(m, prompt, cache)[:, -1:]
+        want = []
+        for _ in range(2):
+            y = cached_attention(m, twice(y), cache)
+            want.append(y)
+    torch.testing.assert_close(generate(m, prompt, 2, next_input=twice), torch.cat(want, 1),
+                               rtol=0, atol=0)
+    with pytest.raises(ValueError, match="do not fit"):
+        generate(Attention(4, 4), prompt, 2)
+
+
+def test_tiny_model_decode_is_step_without_the_checks():
+    from attnbook import TinyConfig, TinyModel
+
+    torch.manual_seed(0)
+    model = TinyModel(TinyConfig(16, 12, 16, 2)).eval()
+    ids = torch.randint(16, (2, 5))
+    a, b = model.new_caches(2), model.new_caches(2)
+    with torch.no_grad():
+        model.step(ids, a)
+        model.step(ids, b)
+        for t in range(3):
+            nxt = torch.full((2, 1), t)
+            assert torch.equal(model.step(nxt, a), model.decode(nxt, b))
+    for x, y in zip(a, b):
+        _assert_same_state(x, y)
+    with pytest.raises(ValueError, match="between 0 and vocab_size"):
+        model.step(torch.full((2, 1), 16), a)  # the public step still checks

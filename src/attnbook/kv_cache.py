@@ -124,6 +124,8 @@ class KVCache:
             real_new: (B, t) or None (all real) -> (B, t) long
         """
         if real_new is None:
+            if t == 1:  # every step of generate: a view, no arange and no add to dispatch
+                return self.seen[:, None]  # (B, 1); seen is replaced, never written in place
             return self.seen[:, None] + torch.arange(t, device=self.seen.device)  # (B, t)
         return (self.seen[:, None] + real_new.long().cumsum(dim=-1) - 1).clamp(min=0)
 
@@ -267,6 +269,17 @@ def cached_attention(
     Shape:
         x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
     """
+    check_step(attn, x_new, cache, padding_mask)
+    return decode_step(attn, x_new, cache, padding_mask)
+
+
+def check_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
+               padding_mask: torch.Tensor | None = None) -> None:
+    """The checks of :func:`cached_attention`: the errors it raises, before any work.
+
+    Raises:
+        TypeError, ValueError: as :func:`cached_attention`.
+    """
     check_supported(attn)
     # Any t: the cache, not the module's context length, decides how many tokens fit.
     B, t, _ = check_input(x_new, attn.d_model, context_length=sys.maxsize)
@@ -283,6 +296,24 @@ def cached_attention(
     if x_new.dtype != cache.k.dtype:
         raise TypeError(f"x_new has dtype {x_new.dtype} but the cache (and the module) hold "
                         f"{cache.k.dtype}; convert with x_new.to({cache.k.dtype})")
+
+
+def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
+                padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`cached_attention` without its checks: the hot path of :func:`generate`.
+
+    A cached step is a few dozen small operations, each of which costs microseconds to
+    dispatch, so checks that Python repeats every step are a measurable part of it
+    (``benchmarks/bench_decode.md``). :func:`generate` checks the module, the cache and the
+    prompt once (its first call of :func:`cached_attention`), and then calls this for every
+    token whose input has the shape and dtype of the previous step's output. Call
+    :func:`cached_attention` instead unless you have checked ``x_new`` (a wrong shape here
+    fails inside PyTorch, or not at all); only a full cache without a window still raises
+    (:meth:`KVCache.append`).
+
+    Shape:
+        x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
+    """
     t, start = x_new.size(1), cache.length
     q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
     pos_new = cache.next_positions(padding_mask, t)  # (B, t): real tokens before each
@@ -470,7 +501,13 @@ def generate(
         y = cached_attention(attn, prompt, cache)[:, -1:]  # (B, 1, d) the prompt in one call
         for _ in range(steps):
             x = next_input(y)  # (B, 1, d)
-            y = cached_attention(attn, x, cache)  # (B, 1, d)
+            # The module, the cache and an input of y's shape and dtype passed the checks with
+            # the prompt: such a step skips them (checks per step are a measurable part of a
+            # step's time). Anything else goes through them and gets their error.
+            if isinstance(x, torch.Tensor) and x.shape == y.shape and x.dtype == y.dtype:
+                y = decode_step(attn, x, cache)  # (B, 1, d)
+            else:
+                y = cached_attention(attn, x, cache)
             outputs.append(y)
     else:
         seq = prompt

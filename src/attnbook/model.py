@@ -247,6 +247,15 @@ class TinyModel(nn.Module):
                 f"context_length={self.config.context_length} position vectors; generate at "
                 "most that many tokens, or use a model without a position table "
                 "(position='none', 'rope' or 'alibi')")
+        return self.decode(idx_new, caches)
+
+    def decode(self, idx_new: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+        """:meth:`step` without its checks of the ids and positions: :meth:`generate`'s hot path,
+        for ids it made itself (an argmax is in range, and it checked the length once).
+
+        Shape:
+            idx_new: (B, t) -> (B, t, V)
+        """
         x = self.embed(idx_new, start=caches[0].length)  # (B, t, d)
         for block, cache in zip(self.blocks, caches):
             x = block(x, cache=cache)  # (B, t, d)
@@ -298,7 +307,7 @@ class TinyModel(nn.Module):
             for _ in range(n):
                 nxt = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
                 seq = torch.cat([seq, nxt], dim=1)
-                logits = self.step(nxt, caches)[:, -1]  # one token through every layer
+                logits = self.decode(nxt, caches)[:, -1]  # one token through every layer
         else:
             for _ in range(n):
                 nxt = self(seq)[:, -1].argmax(dim=-1, keepdim=True)  # (B, 1)
