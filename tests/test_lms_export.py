@@ -8,7 +8,8 @@ exporter produces for the same question type (the expected output of
 ``test_export_numerical``, ``test_export_shortanswer``; tags from ``test_import_description``;
 the category from the fixture ``question/format/xml/tests/fixtures/
 nested_categories_with_questions.xml``; moodle/moodle at commits 894ee17f53 and 00e93a9939).
-The examples are quoted below as published, question text and all, for comparison only. The
+Below is the element structure of those examples, written out by us with their texts left out
+(the element and attribute names and the type/format/fraction values are the format's facts). The
 children of each question must also come in the order Moodle writes them.
 
 Then the content: every question of every chapter is exported once, with the right kind, the
@@ -36,162 +37,166 @@ from attnbook_questions import answer_of, load_questions  # noqa: E402
 
 FILES = export_questions.question_files()
 
-# --- Moodle's published examples (see the module docstring for where each comes from) -------
+# --- The structure of Moodle's published examples (texts left out; sources in the docstring) ---
 MOODLE_EXAMPLES = """<quiz>
   <question type="category">
     <category>
-      <text>$course$/Iota</text>
+      <text />
     </category>
     <info format="plain_text">
-      <text>This is Iota category for test</text>
+      <text />
     </info>
-    <idnumber></idnumber>
+    <idnumber />
   </question>
   <question type="multichoice">
     <name>
-      <text>Multiple choice question</text>
+      <text />
     </name>
     <questiontext format="html">
-      <text>Which are the even numbers?</text>
+      <text />
     </questiontext>
     <generalfeedback format="html">
-      <text>The even numbers are 2 and 4.</text>
+      <text />
     </generalfeedback>
-    <defaultgrade>2</defaultgrade>
-    <penalty>0.3333333</penalty>
-    <hidden>0</hidden>
-    <idnumber></idnumber>
-    <single>false</single>
-    <shuffleanswers>false</shuffleanswers>
-    <answernumbering>abc</answernumbering>
-    <showstandardinstruction>0</showstandardinstruction>
+    <defaultgrade />
+    <penalty />
+    <hidden />
+    <idnumber />
+    <single />
+    <shuffleanswers />
+    <answernumbering />
+    <showstandardinstruction />
     <correctfeedback format="html">
-      <text><![CDATA[<p>Your answer is correct.</p>]]></text>
+      <text />
     </correctfeedback>
     <partiallycorrectfeedback format="html">
-      <text><![CDATA[<p>Your answer is partially correct.</p>]]></text>
+      <text />
     </partiallycorrectfeedback>
     <incorrectfeedback format="html">
-      <text><![CDATA[<p>Your answer is incorrect.</p>]]></text>
+      <text />
     </incorrectfeedback>
-    <shownumcorrect/>
+    <shownumcorrect />
     <answer fraction="0" format="plain_text">
-      <text>1</text>
+      <text />
       <feedback format="html">
-        <text></text>
+        <text />
       </feedback>
     </answer>
     <answer fraction="100" format="plain_text">
-      <text>2</text>
+      <text />
       <feedback format="html">
-        <text></text>
+        <text />
       </feedback>
     </answer>
     <answer fraction="0" format="plain_text">
-      <text>3</text>
+      <text />
       <feedback format="html">
-        <text></text>
+        <text />
       </feedback>
     </answer>
     <answer fraction="100" format="plain_text">
-      <text>4</text>
+      <text />
       <feedback format="html">
-        <text></text>
+        <text />
       </feedback>
     </answer>
     <hint format="html">
-      <text>Hint 1.</text>
+      <text />
     </hint>
     <hint format="html">
-      <text>Hint 2.</text>
+      <text />
     </hint>
   </question>
   <question type="numerical">
     <name>
-      <text>Numerical question</text>
+      <text />
     </name>
     <questiontext format="html">
-      <text>What is the answer?</text>
+      <text />
     </questiontext>
     <generalfeedback format="html">
-      <text>General feedback: Think Hitch-hikers guide to the Galaxy.</text>
+      <text />
     </generalfeedback>
-    <defaultgrade>1</defaultgrade>
-    <penalty>0.1</penalty>
-    <hidden>0</hidden>
-    <idnumber></idnumber>
+    <defaultgrade />
+    <penalty />
+    <hidden />
+    <idnumber />
     <answer fraction="100" format="plain_text">
-      <text>42</text>
+      <text />
       <feedback format="html">
-        <text>Well done!</text>
+        <text />
       </feedback>
-      <tolerance>0.001</tolerance>
+      <tolerance />
     </answer>
     <answer fraction="0" format="plain_text">
-      <text>13</text>
+      <text />
       <feedback format="html">
-        <text>What were you thinking?!</text>
+        <text />
       </feedback>
-      <tolerance>1</tolerance>
+      <tolerance />
     </answer>
     <answer fraction="0" format="plain_text">
-      <text>*</text>
+      <text />
       <feedback format="html">
-        <text>Completely wrong.</text>
+        <text />
       </feedback>
-      <tolerance>0</tolerance>
+      <tolerance />
     </answer>
   </question>
   <question type="shortanswer">
     <name>
-      <text>Short answer question</text>
+      <text />
     </name>
     <questiontext format="html">
-      <text>Fill in the gap in this sequence: Alpha, ________, Gamma.</text>
+      <text />
     </questiontext>
     <generalfeedback format="html">
-      <text>The answer is Beta.</text>
+      <text />
     </generalfeedback>
-    <defaultgrade>1</defaultgrade>
-    <penalty>0.3333333</penalty>
-    <hidden>0</hidden>
-    <idnumber></idnumber>
-    <usecase>0</usecase>
+    <defaultgrade />
+    <penalty />
+    <hidden />
+    <idnumber />
+    <usecase />
     <answer fraction="100" format="plain_text">
-      <text>Beta</text>
+      <text />
       <feedback format="html">
-        <text>Well done!</text>
+        <text />
       </feedback>
     </answer>
     <answer fraction="0" format="plain_text">
-      <text>*</text>
+      <text />
       <feedback format="html">
-        <text>Doh!</text>
+        <text />
       </feedback>
     </answer>
     <hint format="html">
-      <text>Hint 1</text>
+      <text />
     </hint>
     <hint format="html">
-      <text>Hint 2</text>
+      <text />
     </hint>
   </question>
   <question type="description">
     <name>
-      <text>A description</text>
+      <text />
     </name>
     <questiontext format="html">
-      <text>The question text.</text>
+      <text />
     </questiontext>
     <generalfeedback>
-      <text>Here is some general feedback.</text>
+      <text />
     </generalfeedback>
-    <defaultgrade>0</defaultgrade>
-    <penalty>0</penalty>
-    <hidden>0</hidden>
+    <defaultgrade />
+    <penalty />
+    <hidden />
     <tags>
-      <tag><text>tagDescription</text></tag>
-      <tag><text>tagTest</text></tag>
+      <tag>
+        <text />
+      </tag>
+      <tag>
+        <text />
+      </tag>
     </tags>
   </question>
 </quiz>
