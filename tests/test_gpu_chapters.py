@@ -90,7 +90,9 @@ def test_compile_tables_name_their_triton_and_show_colabs(key, lab):
         assert text == (want or "the same"), (name, text, want)
     chapter = "17_triton_forward.md" if key == "tfwd" else "18_triton_backward.md"
     page = (ROOT / "book" / chapter).read_text(encoding="utf-8")
-    tables = re.findall(r"```\{table\} (.*)\n:name: (\S+)\n\n((?:\|.*\n)+)```", page)
+    # A colon fence: a caption with glue holds backticks, which a backtick fence's info string
+    # cannot (the whole block would then print as text).
+    tables = re.findall(r"^:::\{table\} (.*)\n:name: (\S+)\n\n((?:\|.*\n)+):::$", page, re.M)
     compiled = [t for t in tables if f"::{key}_cc_" in t[2]]
     assert compiled, f"{chapter} has no compile table"
     for caption, name, body in compiled:
@@ -98,3 +100,13 @@ def test_compile_tables_name_their_triton_and_show_colabs(key, lab):
         assert "Triton 3.6.0 (Colab's GPU runtime)" in caption, name
         pasted = set(re.findall(rf"::{key}_t36_cc_(\w+):s`", body))
         assert pasted == set(t36) - {"fp32_tf32x3_d64_sm75"}, name
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_no_backtick_fence_has_a_backtick_in_its_info_string(page):
+    """CommonMark ends a backtick fence's info string at a backtick, so a directive opened with
+    ``` and a caption holding a role or inline code is not a directive at all: the page shows
+    its source. Such captions need a colon fence (:::{table} ...)."""
+    opened = [line for line in page.read_text(encoding="utf-8").splitlines()
+              if re.match(r"^`{3,}\{", line) and "`" in re.sub(r"^`{3,}", "", line)]
+    assert opened == []
