@@ -42,7 +42,8 @@ NOT_TERMS_CAPS = {
     "CUTLASS",
     "BY", "CC", "MIT", "PDF", "HTML", "URL", "CI", "OK", "ASCII", "ID", "IDs",
     # hardware models and units
-    "H100", "A100", "T4", "MiB", "KiB", "GiB", "GB", "TB", "MB", "KB", "TFLOP", "MFLOP", "GFLOP",
+    "H100", "A100", "T4", "SXM4", "SXM5", "MiB", "KiB", "GiB", "GB", "TB", "MB", "KB", "TFLOP",
+    "MFLOP", "GFLOP",
     # models, papers and serving systems named as examples
     "GPT", "BERT", "RoPE", "ALiBi", "vLLM",
     "RoFormer", "BLOOM", "MPT",

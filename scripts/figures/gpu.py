@@ -9,35 +9,23 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
-from attnbook.gpu.io_cost import A100, H100, attainable_flops, flash_io, standard_io  # noqa: E402
+from attnbook.gpu.io_cost import H100, T4  # noqa: E402
+from attnbook.gpu.roofline import KERNELS, count_kernel, draw_roofline  # noqa: E402
 from figures import save  # noqa: E402
 
 BLUE, GREEN, PALE, ORANGE = "#4c72b0", "#55a868", "#e8f0e8", "#dd8452"
 
 
 def roofline(outdir: Path) -> Path:
-    """Rooflines of two GPUs with causal prefill (standard and flash) and decoding, float16."""
-    T, d, b = 4096, 128, 128
-    points = {
-        "decoding (one query)": 4 * T * d / (2 * (2 * T * d + 2 * d)),
-        "prefill, standard (Algorithm 0)": 4 * T * T * d / (2 * standard_io(T, d)),
-        "prefill, flash kernel": 2 * T * T * d / (2 * flash_io(T, d, b, b, causal=True)),
-    }
-    xs = np.logspace(-1, 3.5, 200)
-    fig, ax = plt.subplots(figsize=(6.2, 3.8))
-    for gpu, ls in ((H100, "-"), (A100, "--")):
-        ax.loglog(xs, [attainable_flops(x, gpu) / 1e12 for x in xs], ls, color="black", lw=1.2,
-                  label=f"{gpu.name} (ridge {gpu.ridge:.0f})")
-    for (label, x), colour in zip(points.items(), (ORANGE, "tab:red", GREEN)):
-        ax.plot(x, attainable_flops(x, H100) / 1e12, "o", color=colour, ms=7,
-                label=f"{label}: {x:.0f} FLOP/byte")
-    ax.set_xlabel("arithmetic intensity (FLOP per byte of HBM traffic)")
-    ax.set_ylabel("attainable TFLOP/s")
-    ax.set_title(f"Roofline, float16, T = {T}, d = {d}", fontsize=10)
-    ax.legend(fontsize=7.5, loc="lower right")
+    """Rooflines of a T4 and an H100, each with both roofs (tensor cores, float32 FMA), and the
+    three kernels at T = 4096, d = 128, float16, counted by attnbook.gpu.roofline with the
+    blocks the library launches on each GPU, each under the roof of the unit it runs on."""
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), layout="constrained")
+    for ax, gpu in zip(axes, (T4, H100)):
+        draw_roofline([count_kernel(name, 4096, 128, gpu=gpu) for name in KERNELS], gpu,
+                      highlight="fused", ax=ax)
     return save(fig, outdir, "memory_roofline.png")
 
 

@@ -270,7 +270,8 @@ def draw_roofline(counts: list[KernelCount], gpu: GPU, highlight: str | None = N
         ax.loglog(xs, [attainable_flops(x, gpu, unit) / 1e12 for x in xs], color="black",
                   lw=1.2 if fma else 1.5, ls="--" if fma else "-", label=f"roof:{unit}")
         ax.axvline(gpu.ridge_of(unit), color="0.4", ls=":", lw=1)
-    ax.text(gpu.ridge * 1.15, 0.02, f"ridge\n{gpu.ridge:.0f} FLOP/byte", fontsize=8)
+    # the tensor ridge's label above the legend (lower right), the FMA ridge's left of its line
+    ax.text(gpu.ridge * 1.15, 0.2, f"ridge\n{gpu.ridge:.0f} FLOP/byte", fontsize=8)
     if "fma" in roofs:
         ax.text(gpu.ridge_of("fma") / 1.15, 0.02, f"FMA ridge\n{gpu.ridge_of('fma'):.0f}",
                 fontsize=8, ha="right")
