@@ -8,8 +8,8 @@ exporter produces for the same question type (the expected output of
 ``test_export_numerical``, ``test_export_shortanswer``; tags from ``test_import_description``;
 the category from the fixture ``question/format/xml/tests/fixtures/
 nested_categories_with_questions.xml``; moodle/moodle at commits 894ee17f53 and 00e93a9939).
-Below is the element structure of those examples, written out by us with their texts left out
-(the element and attribute names and the type/format/fraction values are the format's facts). The
+tests/moodle_structure.xml holds the element structure of those examples, written out with their
+texts left out (the element and attribute names and the type/format/fraction values). The
 children of each question must also come in the order Moodle writes them.
 
 Then the content: every question of every chapter is exported once, with the right kind, the
@@ -37,170 +37,9 @@ from attnbook_questions import answer_of, load_questions  # noqa: E402
 
 FILES = export_questions.question_files()
 
-# --- The structure of Moodle's published examples (texts left out; sources in the docstring) ---
-MOODLE_EXAMPLES = """<quiz>
-  <question type="category">
-    <category>
-      <text />
-    </category>
-    <info format="plain_text">
-      <text />
-    </info>
-    <idnumber />
-  </question>
-  <question type="multichoice">
-    <name>
-      <text />
-    </name>
-    <questiontext format="html">
-      <text />
-    </questiontext>
-    <generalfeedback format="html">
-      <text />
-    </generalfeedback>
-    <defaultgrade />
-    <penalty />
-    <hidden />
-    <idnumber />
-    <single />
-    <shuffleanswers />
-    <answernumbering />
-    <showstandardinstruction />
-    <correctfeedback format="html">
-      <text />
-    </correctfeedback>
-    <partiallycorrectfeedback format="html">
-      <text />
-    </partiallycorrectfeedback>
-    <incorrectfeedback format="html">
-      <text />
-    </incorrectfeedback>
-    <shownumcorrect />
-    <answer fraction="0" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-    </answer>
-    <answer fraction="100" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-    </answer>
-    <answer fraction="0" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-    </answer>
-    <answer fraction="100" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-    </answer>
-    <hint format="html">
-      <text />
-    </hint>
-    <hint format="html">
-      <text />
-    </hint>
-  </question>
-  <question type="numerical">
-    <name>
-      <text />
-    </name>
-    <questiontext format="html">
-      <text />
-    </questiontext>
-    <generalfeedback format="html">
-      <text />
-    </generalfeedback>
-    <defaultgrade />
-    <penalty />
-    <hidden />
-    <idnumber />
-    <answer fraction="100" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-      <tolerance />
-    </answer>
-    <answer fraction="0" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-      <tolerance />
-    </answer>
-    <answer fraction="0" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-      <tolerance />
-    </answer>
-  </question>
-  <question type="shortanswer">
-    <name>
-      <text />
-    </name>
-    <questiontext format="html">
-      <text />
-    </questiontext>
-    <generalfeedback format="html">
-      <text />
-    </generalfeedback>
-    <defaultgrade />
-    <penalty />
-    <hidden />
-    <idnumber />
-    <usecase />
-    <answer fraction="100" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-    </answer>
-    <answer fraction="0" format="plain_text">
-      <text />
-      <feedback format="html">
-        <text />
-      </feedback>
-    </answer>
-    <hint format="html">
-      <text />
-    </hint>
-    <hint format="html">
-      <text />
-    </hint>
-  </question>
-  <question type="description">
-    <name>
-      <text />
-    </name>
-    <questiontext format="html">
-      <text />
-    </questiontext>
-    <generalfeedback>
-      <text />
-    </generalfeedback>
-    <defaultgrade />
-    <penalty />
-    <hidden />
-    <tags>
-      <tag>
-        <text />
-      </tag>
-      <tag>
-        <text />
-      </tag>
-    </tags>
-  </question>
-</quiz>
-"""
+# The structure of Moodle's published examples (texts left out; sources in the docstring).
+MOODLE_EXAMPLES = (ROOT / "tests" / "moodle_structure.xml").read_text(encoding="utf-8")
+
 # Values of the format attribute that Moodle's examples use (plain_text, html, markdown and
 # moodle_auto_format appear in the fixtures; html is the one the question text uses).
 MOODLE_FORMATS = {"html", "plain_text", "markdown", "moodle_auto_format"}
