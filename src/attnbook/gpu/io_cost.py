@@ -181,7 +181,7 @@ def sram_blocks(M: int, d: int) -> tuple[int, int]:
     ``B_c = ceil(M / 4d)`` keys and ``B_r = min(ceil(M / 4d), d)`` queries, so the tile has at
     most ``M / 4`` elements. This book's loop order has the queries outside, so the rule is
     applied with the roles swapped: ``b_n = min(floor(M / 4d), d)``, and ``b_m`` the largest
-    that still fits, at least ``M / 6d`` (``2 b_m d + b_m b_n <= 3 b_m d``).
+    that still fits, at least about ``M / 6d`` (``2 b_n d <= M / 2`` and ``b_n <= d``).
 
     Args:
         M: SRAM of one program, in elements; d: head width.
@@ -206,11 +206,11 @@ def sram_blocks(M: int, d: int) -> tuple[int, int]:
 def flash_io_bound(N: int, d: int, M: int) -> float:
     """The leading terms of :func:`flash_io` (not causal) with blocks as large as SRAM of ``M``
     elements allows (:func:`sram_blocks`): the keys and values are read ``N / b_m`` times,
-    ``2 N d + 2 N d · N / b_m``; with ``b_m >= M / 6d`` that is at most ``2 N d + 12 N² d² / M``,
-    Θ(N² d² / M) for ``M <= N d``.
+    ``2 N d + 2 N d · N / b_m``; with ``b_m`` at least about ``M / 6d`` that is at most about
+    ``2 N d + 12 N² d² / M``, Θ(N² d² / M) for ``M <= N d``.
     """
-    b_m, _ = sram_blocks(M, d)
     _check_sizes(N=N)
+    b_m, _ = sram_blocks(M, d)
     return 2 * N * d + 2 * N * d * N / b_m
 
 
