@@ -87,13 +87,14 @@ def _vectors(text: str, letter: str) -> list[list[float]]:
 
 
 def _row(row) -> str:
-    """A row as the pages print it: 3 decimals, exact integers bare, a true minus sign."""
+    """A row as the pages print it: 3 decimals, exact integers bare, a true minus sign, and
+    no-break spaces after the commas."""
     def entry(v: float) -> str:
         if v == float("-inf"):
             return "−∞"
         text = f"{abs(v):.0f}" if v == round(v) else f"{abs(v):.3f}"
         return ("−" if v < 0 else "") + text
-    return "(" + ", ".join(entry(v) for v in row) + ")"
+    return "(" + ",\u00a0".join(entry(v) for v in row) + ")"
 
 
 def _by_hand():
