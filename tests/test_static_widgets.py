@@ -157,3 +157,58 @@ def test_labs_use_static_widgets():
                 "application/vnd.jupyter.widget-state+json", {}).get("state", {})
             assert any(sw.STATIC_CLASS in m["state"].get("_dom_classes", [])
                        for m in state.values()), f"{path.name}: run the lab to store its views"
+
+
+# A change a reader can see: at least this share of a view's figure changes by more than an
+# eighth of the colour range. A title or a label alone changes about 0.2 %; Lab 3's old view of
+# one weight bar changed 0.2 % from d = 256 to 512 without scaling (both one-hot on key 6).
+VISIBLE_SHARE, VISIBLE_LEVEL = 0.005, 32
+CHANGES_CHECKED = ["03_scaling"]  # labs whose every control is held to a visible change
+
+
+@pytest.mark.parametrize("lab", CHANGES_CHECKED)
+def test_every_control_changes_what_the_view_draws(lab):
+    """For every setting of the other controls, each value of a control draws another figure."""
+    import base64
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    nb = json.loads((ROOT / "notebooks" / f"{lab}.ipynb").read_text(encoding="utf-8"))
+    state = nb["metadata"]["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+
+    def ref(model: str) -> str:
+        return model.removeprefix("IPY_MODEL_")
+
+    boxes = [m for m in state.values() if sw.STATIC_CLASS in m["state"].get("_dom_classes", [])]
+    assert boxes, f"{lab}: no static widget stored"
+
+    def leaves(model_id, chosen=()):
+        model = state[model_id]
+        if model["model_name"] != "StackModel":
+            yield chosen, model["state"]["outputs"]
+            return
+        for i, child in enumerate(model["state"]["children"]):
+            yield from leaves(ref(child), (*chosen, i))
+
+    def figure(outputs):
+        (png,) = [o["data"]["image/png"] for o in outputs if "image/png" in o.get("data", {})]
+        return np.asarray(Image.open(io.BytesIO(base64.b64decode(png))).convert("RGB"), int)
+
+    for box in boxes:
+        *controls, root = [ref(c) for c in box["state"]["children"]]
+        views = {chosen: figure(outputs) for chosen, outputs in leaves(root)}
+        sizes = [len(state[c]["state"]["_options_labels"]) for c in controls]
+        assert len(views) == np.prod(sizes)
+        for k, control in enumerate(controls):
+            name = state[control]["state"]["description"]
+            for chosen in views:
+                for other in range(chosen[k] + 1, sizes[k]):
+                    moved = (*chosen[:k], other, *chosen[k + 1:])
+                    a, b = views[chosen], views[moved]
+                    share = 1.0 if a.shape != b.shape else float(
+                        (np.abs(a - b).max(axis=-1) > VISIBLE_LEVEL).mean())
+                    assert share >= VISIBLE_SHARE, (
+                        f"{lab}: moving {name!r} from {chosen} to {moved} changes "
+                        f"{100 * share:.2f} % of the figure: nothing a reader would see")
