@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STEMS = ("results", "results_masks", "results_positions", "train_results")
+STEMS = ("results", "results_masks", "results_positions", "train_results", "bench_decode")
 
 # Per results file: (pattern searched in the text above the table, table name, key columns).
 TABLES: dict[str, list[tuple[str, str, int]]] = {
@@ -56,6 +56,9 @@ TABLES: dict[str, list[tuple[str, str, int]]] = {
                           (r"Training step.*explicit path", "step_explicit", 1),
                           (r"SDPA forward \+ backward", "sdpa_masks", 1)],
     "train_results": [(r"Training the tiny model", "tasks", 1)],
+    "bench_decode": [(r"### Cached step against its floors", "floors", 2),
+                     (r"### The library's own cost per step", "overhead", 1),
+                     (r"### Batching", "batching", 1), (r"### Compiled step", "compiled", 1)],
 }
 
 # Per results file: (pattern with one group per key, keys) for numbers stated in sentences.
@@ -70,6 +73,20 @@ FACTS: dict[str, list[tuple[str, tuple[str, ...]]]] = {
         (r"First compiled call \(compile included\): \*\*([\d.]+) s\*\*", ("flex.first_call_s",))],
     "results_positions": [],
     "train_results": [],
+    "bench_decode": [
+        (r"read ([\d.]+) GB/s \(sum of 256 MiB\), copy ([\d.]+) GB/s",
+         ("bandwidth.read_gb_s", "bandwidth.copy_gb_s")),
+        (r"stays in L3\): ([\d.]+) GB/s", ("bandwidth.in_cache_gb_s",)),
+        (r"same rounds: ([\d.]+) µs per almost empty operation \(add_ on 1 element\), "
+         r"([\d.]+) µs per view", ("dispatch.per_op_us", "dispatch.per_view_us")),
+        (r"for all of them\. Dispatch, timed in the same rounds: ([\d.]+) µs",
+         ("batching.per_op_us",)),
+        (r"First compiled call \(compile included[^)]*\): \*\*([\d.]+) s\*\*",
+         ("compiled.first_call_s",)),
+        (r"Load: load average ([\d.]+), ([\d.]+), ([\d.]+) on \d+ cores before, load average "
+         r"([\d.]+), ([\d.]+), ([\d.]+)", tuple(f"load.{w}_{m}" for w in ("before", "after")
+                                          for m in (1, 5, 15))),
+        (r"Whole run: (\d+) s", ("whole_run_s",))],
 }
 
 # Short row keys for tables whose first cell is a sentence: (pattern, key with \\1 for groups).
@@ -233,6 +250,8 @@ def _T(parts: list[str]) -> int:
 def derived(stem: str, text: str, values: dict) -> dict:
     """Facts the chapters state, computed from the tables: ranges, slopes, targets' limits."""
     out: dict = {}
+    if stem == "bench_decode":
+        return derived_decode(values)
     if stem != "results":
         return out
     for mode in ("fwd", "fwd_bwd"):  # the explicit module's local log-log slopes of time
@@ -289,6 +308,31 @@ def derived(stem: str, text: str, values: dict) -> dict:
     if diffs:
         for name, g in re.findall(rf"([\w ]+?): ({NUMBER})", diffs.group(1)):
             out[f"kv_max_diff.{slug(name)}"] = number(g)
+    return out
+
+
+def derived_decode(values: dict) -> dict:
+    """bench_decode's ranges: step ÷ each floor over every row, per generator and in all, and
+    the batch that gives the most tokens per second, with its gain over batch 1."""
+    out: dict = {}
+    for col in ("step_dispatch_floor", "step_memory_bound", "step_in_cache_bound"):
+        rows = _rows(values, "floors", col)
+        for name in sorted({p[0] for p, _ in rows}) + ["all"]:
+            chosen = [v for p, v in rows if name in ("all", p[0])]
+            out[f"floors.{name}.{col}.min"], out[f"floors.{name}.{col}.max"] = (
+                min(chosen), max(chosen))
+    for p, v in _rows(values, "overhead", "hot_ops"):  # operations the library adds to a step
+        bare = values.get(f"overhead.{'.'.join(p)}.bare_ops")
+        if isinstance(bare, int):
+            out[f"overhead.{'.'.join(p)}.extra_ops"] = v - bare
+        checked = values.get(f"overhead.{'.'.join(p)}.checked_ops")
+        if isinstance(checked, int):  # operations the per-step checks dispatch
+            out[f"overhead.{'.'.join(p)}.check_ops"] = checked - v
+    rate = {int(p[0][5:]): v for p, v in _rows(values, "batching", "tokens_s")}
+    if rate:
+        best = max(rate, key=rate.get)
+        out["batching.best.batch"], out["batching.best.tokens_s"] = best, rate[best]
+        out["batching.best.gain"] = round(rate[best] / rate[min(rate)], 2)
     return out
 
 
