@@ -93,7 +93,7 @@ def test_the_student_note_states_the_method_limits():
     lab = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
     note = classroom.student_edition(lab, classroom.find_exercises(lab), "06_softmax").cells[1]
     assert "**Method limits.**" in note.source and "Right values, but" in note.source
-    assert "- `softmax_rows` may not use `softmax`, `stable_softmax`" in note.source
+    assert "- `softmax_columns` may not use `softmax`, `stable_softmax`" in note.source
     assert "- `jacobian_from_p` may not use `softmax_jacobian`" in note.source
 
 
@@ -292,8 +292,8 @@ def test_gradescope_zip_runs_with_its_own_environment(tmp_path):
     assert points == 0 and "still empty" in tests["softmax"]
     # The cheat of issue 19: replace the checkers, answer anything.
     for cell in student.cells:
-        if "def softmax_rows(S):" in cell.source:
-            cell.source = cell.source.replace("return ...", "return torch.zeros_like(S)")
+        if "def softmax_columns(St):" in cell.source:
+            cell.source = cell.source.replace("return ...", "return torch.zeros_like(St)")
     setup = next(c for c in student.cells if c.cell_type == "code")
     setup.source += ("\nimport attnbook.exercises.softmax as sm\n"
                      "sm.check_softmax.__code__ = (lambda *a: sm.Feedback(True, 'ok')).__code__")
@@ -340,18 +340,18 @@ def test_otter_tests_judge_values_and_functions_and_refuse_a_replaced_checker(tm
                                                  "k": k})
     function = _load_tests(tmp_path / "06_softmax")["softmax"]
 
-    def softmax_rows(S):
-        e = (S - S.amax(-1, keepdim=True)).exp()
-        return e / e.sum(-1, keepdim=True)
+    def softmax_columns(S):
+        e = (S - S.amax(0, keepdim=True)).exp()
+        return e / e.sum(0, keepdim=True)
 
-    assert _fails(function, {"softmax_rows": softmax_rows}) == ""
-    assert "On a hidden input" in _fails(function, {"softmax_rows": lambda S: S.exp() / S.exp(
-    ).sum(-1, keepdim=True)})
-    assert "uses softmax" in _fails(function, {"softmax_rows": lambda S: S.softmax(-1)})
+    assert _fails(function, {"softmax_columns": softmax_columns}) == ""
+    assert "On a hidden input" in _fails(function, {"softmax_columns": lambda S: S.exp() / S.exp(
+    ).sum(0, keepdim=True)})
+    assert "uses softmax" in _fails(function, {"softmax_columns": lambda S: S.softmax(0)})
     assert "not defined" in _fails(function, {})
     for module, name, test, env in (
             (scaling, "check_scaled_scores", values, {"answer": right, "q": q, "k": k}),
-            (softmax, "check_softmax", function, {"softmax_rows": softmax_rows})):
+            (softmax, "check_softmax", function, {"softmax_columns": softmax_columns})):
         check = getattr(module, name)
         original = check.__code__
         check.__code__ = (lambda *a, **kw: None).__code__  # what a notebook could do

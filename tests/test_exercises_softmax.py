@@ -7,34 +7,37 @@ import torch
 
 from attnbook.exercises.softmax import check_jacobian, check_softmax, check_temperature
 
-SCORES = torch.tensor([[2.0, 1.0, 0.5, -1.0],
-                       [0.3, -0.2, 1.5, 0.0],
-                       [1000.0, 998.0, 990.0, 0.0],
-                       [-2.0, 3.0, 1.0, 0.5]])  # (T, T); row 2 overflows the naive formula
+SCORES = torch.tensor([[2.0, 1000.0, -2.0],
+                       [1.0, 998.0, 3.0],
+                       [0.5, 990.0, 1.0],
+                       [-1.0, 0.0, 0.5],
+                       [0.3, 995.0, -0.2]])  # (T_keys, T_queries); column 1 overflows naively
 
 
-def _softmax(s, dim=-1):
+def _softmax(s, dim=0):
     return torch.softmax(s.double(), dim=dim)
 
 
 def test_right_softmax_passes_in_float32_and_float64():
     assert check_softmax(_softmax(SCORES), SCORES).ok
     assert check_softmax(_softmax(SCORES).float(), SCORES).ok
+    assert check_softmax(_softmax(SCORES.T, dim=-1).T, SCORES).ok  # rows of Q K^T, transposed
     assert "still empty" in check_softmax(..., SCORES).message
 
 
 def test_softmax_mistakes_are_named():
     s = SCORES.double()
-    m = s.amax(-1, keepdim=True)
+    m = s.amax(0, keepdim=True)
     e = s.exp()
     cases = {
-        "wrong dimension": _softmax(s, dim=0),
-        "forgot to exponentiate": s / s.sum(-1, keepdim=True),
-        "divided by the row max instead of subtracting": _softmax(s / m),
-        "without dividing by the row sum": (s - m).exp(),
-        "whole matrix": _softmax(s.flatten()).reshape(4, 4),
-        "overflowed": e / e.sum(-1, keepdim=True),  # NaN in row 2
-        "overflowed ": SCORES.exp() / SCORES.exp().sum(-1, keepdim=True),  # float32
+        "normalised over the rows": _softmax(s, dim=-1),
+        "weights transposed": _softmax(s).T,
+        "forgot to exponentiate": s / s.sum(0, keepdim=True),
+        "divided by the column max instead of subtracting": _softmax(s / m),
+        "without dividing by the column sum": (s - m).exp(),
+        "whole matrix": _softmax(s.flatten()).reshape(s.shape),
+        "overflowed": e / e.sum(0, keepdim=True),  # NaN in column 1
+        "overflowed ": SCORES.exp() / SCORES.exp().sum(0, keepdim=True),  # float32
     }
     for phrase, answer in cases.items():
         fb = check_softmax(answer, SCORES)
@@ -42,9 +45,9 @@ def test_softmax_mistakes_are_named():
 
 
 def test_softmax_overflow_to_zeros_in_float16_is_named():
-    scores = torch.tensor([[10.8, 9.8, 7.8]], dtype=torch.float16)
+    scores = torch.tensor([[10.8], [9.8], [7.8]], dtype=torch.float16)
     e = scores.exp()
-    naive = e / e.sum(-1, keepdim=True)  # the sum overflows: every weight becomes 0
+    naive = e / e.sum(0, keepdim=True)  # the sum overflows: every weight becomes 0
     assert (naive == 0).all()
     fb = check_softmax(naive, scores)
     assert not fb.ok and "overflowed" in fb.message
@@ -101,23 +104,25 @@ SETUP = """
 import torch
 from attnbook.exercises.softmax import check_softmax, check_jacobian, check_temperature
 from attnbook.softmax import softmax_jacobian, stable_softmax, temperature_softmax
-S1 = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.3, -0.2, 1.5, 0.0],
-                   [1000.0, 998.0, 990.0, 0.0], [-2.0, 3.0, 1.0, 0.5]])
+S1 = torch.tensor([[2.0, 1000.0, -2.0], [1.0, 998.0, 3.0], [0.5, 990.0, 1.0],
+                   [-1.0, 0.0, 0.5], [0.3, 995.0, -0.2]])
 s2 = torch.tensor([1.0, -0.5, 2.0, 0.0], dtype=torch.float64)
 p2 = stable_softmax(s2)
 """
 
 
 @pytest.mark.parametrize("body, word", [
-    ("return torch.softmax(S, dim=-1)", "softmax"),
-    ("return stable_softmax(S)", "stable_softmax"),
-    ("return helper(S)\ndef helper(S):\n    return S.softmax(-1)", "softmax"),  # via a helper
+    ("return torch.softmax(S, dim=0)", "softmax"),
+    ("return stable_softmax(S, dim=0)", "stable_softmax"),
+    ("return helper(S)\ndef helper(S):\n    return S.softmax(0)", "softmax"),  # via a helper
+    ("return softmax_v2(S.T).T\ndef softmax_v2(S):\n    return S.softmax(-1)",
+     "softmax, softmax_v2"),  # the lab's draft, on the transpose
 ])
 def test_practice_check_says_right_values_but_for_a_ruled_out_method(body, word):
-    ns = _notebook(SETUP + "def softmax_rows(S):\n    " + body.replace("\n", "\n", 1) + "\n"
-                   "result = check_softmax(softmax_rows(S1), S1)")
+    ns = _notebook(SETUP + "def softmax_columns(S):\n    " + body + "\n"
+                   "result = check_softmax(softmax_columns(S1), S1)")
     assert not ns["result"].ok
-    assert ns["result"].message.startswith(f"Right values, but softmax_rows uses {word}")
+    assert ns["result"].message.startswith(f"Right values, but softmax_columns uses {word}")
 
 
 def test_practice_checks_catch_autograd_and_temperature_softmax():
@@ -135,14 +140,14 @@ t = check_temperature(tempered_softmax(s2, 0.5), s2, 0.5)
 
 def test_practice_check_calls_the_function_on_a_second_input():
     ns = _notebook(SETUP + """
-def softmax_rows(S):
-    z = S - S.amax(-1, keepdim=True)
-    return z.exp() / z.exp().sum(-1, keepdim=True)
-right = check_softmax(softmax_rows(S1), S1)
-typed = softmax_rows(S1).tolist()
-def softmax_rows(S):
+def softmax_columns(S):
+    z = S - S.amax(0)
+    return z.exp() / z.exp().sum(0)
+right = check_softmax(softmax_columns(S1), S1)
+typed = softmax_columns(S1).tolist()
+def softmax_columns(S):
     return torch.tensor(typed)
-fixed = check_softmax(softmax_rows(S1), S1)
+fixed = check_softmax(softmax_columns(S1), S1)
 """)
     assert ns["right"].ok and ns["right"].message.startswith("Correct")
     assert not ns["fixed"].ok
@@ -151,31 +156,41 @@ fixed = check_softmax(softmax_rows(S1), S1)
     # The grader's own copy of the check is the plain one: it judges values only.
     from attnbook.exercises.softmax import GRADED
 
-    assert GRADED["check_softmax"].check(ns["softmax_rows"](ns["S1"]), ns["S1"]).ok
+    assert GRADED["check_softmax"].check(ns["softmax_columns"](ns["S1"]), ns["S1"]).ok
 
 
 # The common mistakes of issue 31, each named.
 
 
 def _S1():
-    return torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.3, -0.2, 1.5, 0.0],
-                         [1000.0, 998.0, 990.0, 0.0], [-2.0, 3.0, 1.0, 0.5]])
+    return torch.tensor([[2.0, 1000.0, -2.0], [1.0, 998.0, 3.0], [0.5, 990.0, 1.0],
+                         [-1.0, 0.0, 0.5], [0.3, 995.0, -0.2]])
 
 
-def test_the_global_maximum_instead_of_each_rows_is_named():
+def test_the_global_maximum_instead_of_each_columns_is_named():
     S = _S1()
     z = S - S.max()
-    fb = check_softmax(z.exp() / z.exp().sum(-1, keepdim=True), S)
+    fb = check_softmax(z.exp() / z.exp().sum(0, keepdim=True), S)
     assert not fb.ok and "maximum of the whole matrix" in fb.message, fb.message
 
 
 @pytest.mark.parametrize("code, words", [
-    ("(S - S.amax(-1)).exp() / (S - S.amax(-1)).exp().sum(-1, keepdim=True)",
-     "row max taken without keepdim"),
-    ("(S - S.amax(-1, keepdim=True)).exp() / (S - S.amax(-1, keepdim=True)).exp().sum(-1)",
-     "row sum taken without keepdim"),
+    ("(S - S.amax(-1, keepdim=True)).exp() / (S - S.amax(-1, keepdim=True)).exp().sum(0)",
+     "shifted by its row's max but normalised by its column's sum"),
+    ("(S - S.amax(0)).exp() / (S - S.amax(0)).exp().sum(-1, keepdim=True)",
+     "divided by its row's sum"),
 ])
-def test_keepdim_forgotten_is_named(code, words):
-    S = _S1()
+def test_the_max_and_the_sum_over_different_axes_are_named(code, words):
+    """A row draft half changed: the shift and the sum must run over the same axis."""
+    S = _S1().double()
+    S[:, 2] -= 200.0  # a query whose scores are far below the others: the row max misleads
     fb = check_softmax(eval(code), S)  # noqa: S307 (the test's own expression)
     assert not fb.ok and words in fb.message, fb.message
+
+
+def test_keepdim_is_not_needed_over_the_first_axis():
+    """(T_k, T_q) minus a (T_q,) vector broadcasts by column: the answer without keepdim is
+    right, and the check says so."""
+    S = _S1()
+    z = S - S.amax(0)
+    assert check_softmax(z.exp() / z.exp().sum(0), S).ok

@@ -13,37 +13,42 @@ from attnbook.exercises.weighted_sum import (
 from attnbook.softmax import stable_softmax
 
 
-def _example(T=4, d=4):
+def _example(T=5, d=3):
+    """Scores, weights and the values and keys with one token per column, (d, T)."""
     s = torch.randn(T, T, dtype=torch.float64)
-    return s, torch.softmax(s, -1), torch.randn(T, d, dtype=torch.float64), torch.randn(T, d)
+    return (s, torch.softmax(s, -1), torch.randn(d, T, dtype=torch.float64),
+            torch.randn(d, T))
 
 
 def test_outputs_right_answer_passes():
-    s, A, V, K = _example()
-    assert check_outputs(A @ V, A, V, K, s).ok
-    assert check_outputs((A @ V).float(), A, V, K).ok
+    s, A, Vt, Kt = _example()
+    assert check_outputs(Vt @ A.T, A, Vt, Kt, s).ok
+    assert check_outputs((A @ Vt.T).T.float(), A, Vt, Kt).ok  # the row layout, transposed back
 
 
 def test_outputs_mistakes_are_named():
-    s, A, V, K = _example()
+    s, A, Vt, Kt = _example()
     cases = {
-        "weights transposed": A.T @ V,
-        "keys": A @ K.double(),
-        "output transposed": (A @ V).T,
-        "elementwise": A * V,
-        "raw scores": s @ V,
-        "V A instead of A V": V @ A,
+        "who attends to token i": Vt @ A,
+        "keys": Kt.double() @ A.T,
+        "row layout": A @ Vt.T,
+        "raw scores": Vt @ s.T,
     }
     for phrase, answer in cases.items():
-        fb = check_outputs(answer, A, V, K, s)
+        fb = check_outputs(answer, A, Vt, Kt, s)
         assert not fb.ok and phrase in fb.message, (phrase, fb.message)
 
 
-def test_outputs_shape_mistake_when_T_differs_from_d():
-    s, A, V, K = _example(T=4, d=2)
-    fb = check_outputs(V.T @ A.T, A, V, K, s)
-    assert not fb.ok and "transpose" in fb.message, fb.message
-    fb = check_outputs(torch.zeros(3), A, V, K, s)
+def test_outputs_mistakes_that_need_T_equal_to_d():
+    s, A, Vt, Kt = _example(T=4, d=4)
+    for phrase, answer in {"features of one token": A @ Vt, "elementwise": Vt * A.T}.items():
+        fb = check_outputs(answer, A, Vt, Kt, s)
+        assert not fb.ok and phrase in fb.message, (phrase, fb.message)
+
+
+def test_outputs_a_wrong_shape_is_named():
+    s, A, Vt, Kt = _example()
+    fb = check_outputs(torch.zeros(3), A, Vt, Kt, s)
     assert not fb.ok and "shape (3,)" in fb.message
 
 
@@ -63,17 +68,36 @@ def test_hull_bound():
         assert not fb.ok and phrase in fb.message, (phrase, fb.message)
 
 
-def test_permuted_outputs():
+def test_unshuffled_outputs():
     y = torch.randn(4, 3)
-    perm = torch.tensor([2, 0, 3, 1])
-    assert check_permuted_outputs(y[perm], y, perm).ok
-    cases = {"not invariant": y, "inverse permutation": y[torch.argsort(perm)]}
+    perm = torch.tensor([2, 0, 3, 1])  # not its own inverse
+    y_perm = y[perm]  # the outputs for x[perm]
+    assert check_permuted_outputs(y, y_perm, perm).ok
+    cases = {"not invariant": y_perm, "a second time": y_perm[perm]}
     for phrase, answer in cases.items():
-        fb = check_permuted_outputs(answer, y, perm)
+        fb = check_permuted_outputs(answer, y_perm, perm)
         assert not fb.ok and phrase in fb.message, (phrase, fb.message)
     y4 = torch.randn(4, 4)
-    fb = check_permuted_outputs(y4[:, perm], y4, perm)
-    assert not fb.ok and "features permuted" in fb.message, fb.message
+    fb = check_permuted_outputs(y4[:, torch.argsort(perm)], y4, perm)
+    assert not fb.ok and "features put back" in fb.message, fb.message
+
+
+def test_unshuffled_outputs_agree_with_attention():
+    """Unmasked attention on x[perm] gives y[perm]; the check's answer takes it back to y."""
+    from attnbook import Attention
+    from attnbook.scores import attention_scores, scale_scores
+    from attnbook.weighted_sum import weighted_sum
+
+    m = Attention(3, 8).double()
+    x = torch.randn(5, 3, dtype=torch.float64)
+
+    def no_mask(x):
+        q, k, v = m.query(x), m.key(x), m.value(x)
+        return weighted_sum(stable_softmax(scale_scores(attention_scores(q, k), 3)), v)
+
+    perm = torch.tensor([1, 4, 0, 2, 3])
+    with torch.no_grad():
+        assert check_permuted_outputs(no_mask(x), no_mask(x[perm]), perm).ok
 
 
 def test_outputs_without_the_causal_mask_is_named():
@@ -81,8 +105,8 @@ def test_outputs_without_the_causal_mask_is_named():
     q, k, v = (torch.randn(T, d, dtype=torch.float64) for _ in range(3))
     scores = q @ k.T / d ** 0.5
     weights = stable_softmax(scores.masked_fill(causal_mask(T), float("-inf")))
-    assert check_outputs(weights @ v, weights, v, k, scores).ok
-    fb = check_outputs(stable_softmax(scores) @ v, weights, v, k, scores)
+    assert check_outputs(v.T @ weights.T, weights, v.T, k.T, scores).ok
+    fb = check_outputs(v.T @ stable_softmax(scores).T, weights, v.T, k.T, scores)
     assert not fb.ok and "without the causal mask" in fb.message, fb.message
 
 

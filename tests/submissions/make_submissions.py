@@ -27,53 +27,58 @@ LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
 
 # Right answers in a student's own words (not the book's solutions, which get flagged).
 RIGHT = {
-    "my_causal_mask": "    i = torch.arange(T)\n    return i[None, :] > i[:, None]",
-    "masked_scores": "    T = s.shape[-1]\n"
-                     "    return s.masked_fill(torch.ones(T, T).triu(1).bool().to(s.device), "
+    "cached_causal_mask": "    i = torch.arange(n_keys - n_new, n_keys)\n"
+                          "    return torch.arange(n_keys)[None, :] > i[:, None]",
+    "window_scores": "    T = s.shape[-1]\n"
+                     "    i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing='ij')\n"
+                     "    return s.masked_fill(((j > i) | (j <= i - w)).to(s.device), "
                      "-float('inf'))",
     "changed_outputs": "    return [i >= j for i in range(T)]",
-    "softmax_rows": "    z = S - S.max(dim=-1, keepdim=True).values\n"
-                    "    return z.exp() / z.exp().sum(-1, keepdim=True)",
+    "softmax_columns": "    z = St - St.max(dim=0, keepdim=True).values\n"
+                       "    return z.exp() / z.exp().sum(0, keepdim=True)",
     "jacobian_from_p": "    return torch.diag(p) - p[:, None] * p[None, :]",
     "tempered_softmax": "    scaled = s / tau\n    return stable_softmax(scaled)",
 }
 # The common mistakes of issue 31 and answers that break a method limit or are typed in.
 MORE = {
     "pia/06_softmax.ipynb": {
-        "softmax_rows": "    z = S - S.max()\n    return z.exp() / z.exp().sum(-1, keepdim=True)",
+        "softmax_columns": "    z = St - St.max()\n"
+                           "    return z.exp() / z.exp().sum(0, keepdim=True)",
         "jacobian_from_p": "    s = p.log()\n"
                            "    return torch.autograd.functional.jacobian(stable_softmax, s)",
         "tempered_softmax": "    return temperature_softmax(s, tau)"},
     "quinn/06_softmax.ipynb": {
-        "softmax_rows": "    z = S - S.amax(dim=-1)\n"
-                        "    return z.exp() / z.exp().sum(-1, keepdim=True)",
+        "softmax_columns": "    z = St - St.amax(dim=-1, keepdim=True)\n"
+                           "    return z.exp() / z.exp().sum(0, keepdim=True)",
         "jacobian_from_p": "    return softmax_jacobian(p)",
         "tempered_softmax": "    z = s / tau\n    z = z - z.max()\n"
                             "    return z.exp() / z.exp().sum()"},
     "rosa/04_causal_mask.ipynb": {
-        "my_causal_mask": "    import attnbook\n    return attnbook.causal_mask(T)",
-        "masked_scores": "    T = s.shape[-1]\n"
-                         "    future = torch.ones(T, T, dtype=torch.bool).triu(1)\n"
-                         "    return torch.softmax(s.masked_fill(future, float('-inf')), dim=-1)",
+        "cached_causal_mask": "    import attnbook\n"
+                              "    return attnbook.causal_mask(n_keys)[n_keys - n_new:]",
+        "window_scores": "    gap = torch.arange(s.size(-1))[:, None] - torch.arange(s.size(-1))\n"
+                         "    blocked = (gap < 0) | (gap >= w)\n"
+                         "    return torch.softmax(s.masked_fill(blocked, float('-inf')), dim=-1)",
         "changed_outputs": "    return [i >= j for i in range(T)]"},
     "sam/07_weighted_sum.ipynb": {
-        "outputs": "    return w @ v", "hull_bound": "    return torch.cummax(V[:, 0], dim=0)",
-        "permuted_outputs": "    return y[perm]"},
+        "outputs_by_column": "    return vt @ w.T",
+        "hull_bound": "    return torch.cummax(V[:, 0], dim=0)",
+        "unshuffled_outputs": "    return y_perm[torch.argsort(perm)]"},
     "tom/07_weighted_sum.ipynb": {
-        "outputs": "    return torch.einsum('ij,jd->id', w, v)",
+        "outputs_by_column": "    return torch.einsum('ij,dj->di', w, vt)",
         "hull_bound": "    return torch.tensor([0.5, 0.5, 1.5, 1.5, 2.5], dtype=V.dtype)",
-        "permuted_outputs": "    return y[perm]"},
+        "unshuffled_outputs": "    return y_perm[torch.argsort(perm)]"},
 }
 
 # Typical mistakes, each of which a check names.
 MISTAKES = {
-    "my_causal_mask": "    return torch.tril(torch.ones(T, T, dtype=torch.bool))",
-    "masked_scores": "    T = s.size(-1)\n"
-                     "    return s.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), 0.0)",
+    "cached_causal_mask": "    return torch.ones(n_new, n_keys, dtype=torch.bool).triu(1)",
+    "window_scores": "    gap = torch.arange(s.size(-1))[:, None] - torch.arange(s.size(-1))\n"
+                     "    return s.masked_fill((gap < 0) | (gap >= w), 0.0)",
     "changed_outputs": "    return torch.arange(T) <= j",
-    "softmax_rows": "    return S.exp() / S.exp().sum(-1, keepdim=True)",
+    "softmax_columns": "    return St.exp() / St.exp().sum(0, keepdim=True)",
     "hull_bound": "    return V[:, 0].max().expand(V.size(0))",
-    "permuted_outputs": "    return y[torch.argsort(perm)]",
+    "unshuffled_outputs": "    return y_perm[perm]",
 }
 
 CASES = {
@@ -81,7 +86,7 @@ CASES = {
     "ada/06_softmax.ipynb": "right answers: 3 / 3 (ada hands in no lab 07: missing, 0)",
     "ben/06_softmax.ipynb": "replaces the checkers in the setup cell, answers zeros, 0, 'no "
                             "idea': 0 / 3, tamper",
-    "cleo/07_weighted_sum.ipynb": "overwrites the given weights (w = eye) and returns v; the "
+    "cleo/07_weighted_sum.ipynb": "overwrites the given weights (w = eye) and returns vt; the "
                                   "other two are typical mistakes: 0 / 3, diagnoses named",
     "dan/Copy of 06_softmax.ipynb": "Colab's copy name, a kernel named attn-course, exercise 1 "
                                     "hard-coded from printed numbers, exercise 3 raises: 1 / 3, "
@@ -111,20 +116,26 @@ CASES = {
     "olga/06_softmax.ipynb": "a newer edition than the grader's (stamped with an edition and "
                              "a commit this checkout lacks), answered right: 3 / 3 by the "
                              "current checks, newer-edition",
-    "pia/06_softmax.ipynb": "the global maximum instead of each row's, the Jacobian by "
+    "pia/06_softmax.ipynb": "the global maximum instead of each column's, the Jacobian by "
                             "autograd, temperature_softmax: 0 / 3; the mistake named, the "
                             "method limits applied (the notebook said 'Right values, but')",
-    "quinn/06_softmax.ipynb": "amax without keepdim, softmax_jacobian, a right tempered "
-                              "softmax: 1 / 3, keepdim named, method",
-    "rosa/04_causal_mask.ipynb": "attnbook.causal_mask, the weights returned instead of the "
-                                 "masked scores, a right third: 1 / 3, method, both named",
+    "quinn/06_softmax.ipynb": "the row draft half changed (each row's max, each column's "
+                              "sum), softmax_jacobian, a right tempered softmax: 1 / 3, the "
+                              "axes named, method",
+    "rosa/04_causal_mask.ipynb": "attnbook.causal_mask for the KV-cache mask, the weights "
+                                 "returned instead of the windowed scores, a right third: "
+                                 "1 / 3, method, both named",
     "sam/07_weighted_sum.ipynb": "torch.cummax without .values in the bound: 2 / 4, named",
     "tom/07_weighted_sum.ipynb": "einsum (ruled out) and a typed-in list for the bound: 1 / 4, "
                                  "method and hard-coded, in the notebook as in the grade",
     "kai/07_weighted_sum.ipynb": "turns interrupts off in an endless loop in the last exercise: "
                                  "3 / 4 (the first two count), that kernel stopped and said so",
     "Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb": "Moodle folder, three "
-                                                                    "typical mistakes: 0 / 3",
+                                                                    "typical mistakes (the "
+                                                                    "top-left corner for the "
+                                                                    "KV-cache mask, the window "
+                                                                    "filled with 0, the "
+                                                                    "outputs before j): 0 / 3",
 }
 
 
@@ -217,11 +228,11 @@ def build(out: Path) -> dict[str, str]:
     s04, s06, s07 = (editions[lab] for lab in LABS)
     files = {}
     files["ada/04_causal_mask.ipynb"] = _fill(s04, {k: RIGHT[k] for k in (
-        "my_causal_mask", "masked_scores", "changed_outputs")})
+        "cached_causal_mask", "window_scores", "changed_outputs")})
     files["ada/06_softmax.ipynb"] = _fill(s06, {k: RIGHT[k] for k in (
-        "softmax_rows", "jacobian_from_p", "tempered_softmax")})
+        "softmax_columns", "jacobian_from_p", "tempered_softmax")})
 
-    ben = _fill(s06, {"softmax_rows": "    return torch.zeros_like(S)",
+    ben = _fill(s06, {"softmax_columns": "    return torch.zeros_like(St)",
                       "jacobian_from_p": "    return 0",
                       "tempered_softmax": "    return 'no idea'"})
     setup = next(c for c in ben.cells if c.cell_type == "code")
@@ -231,23 +242,24 @@ def build(out: Path) -> dict[str, str]:
                      "    setattr(_sm, _name, lambda *a, **k: Feedback(True, 'Correct: matches.'))")
     files["ben/06_softmax.ipynb"] = ben
 
-    cleo = _fill(s07, {"outputs": "    return v", "hull_bound": MISTAKES["hull_bound"],
-                       "permuted_outputs": MISTAKES["permuted_outputs"]})
-    cell = next(c for c in cleo.cells if "answer = outputs(w, v)" in c.source)
-    cell.source = cell.source.replace("answer = outputs(w, v)",
-                                      "w = torch.eye(4, dtype=torch.float64)\n"
-                                      "answer = outputs(w, v)")
+    cleo = _fill(s07, {"outputs_by_column": "    return vt",
+                       "hull_bound": MISTAKES["hull_bound"],
+                       "unshuffled_outputs": MISTAKES["unshuffled_outputs"]})
+    cell = next(c for c in cleo.cells if "answer = outputs_by_column(w, vt)" in c.source)
+    cell.source = cell.source.replace("answer = outputs_by_column(w, vt)",
+                                      "w = torch.eye(5, dtype=torch.float64)\n"
+                                      "answer = outputs_by_column(w, vt)")
     files["cleo/07_weighted_sum.ipynb"] = cleo
 
-    # Dan copied the numbers another student's run printed (the lab's S1, 4 decimals).
+    # Dan copied the numbers another student's run printed (the lab's St1, 4 decimals).
     import torch
 
-    S1 = torch.tensor([[2.0, 1.0, 0.5, -1.0], [0.3, -0.2, 1.5, 0.0],
-                       [1000.0, 998.0, 990.0, 0.0], [-2.0, 3.0, 1.0, 0.5]])
+    St1 = torch.tensor([[2.0, 1000.0, -2.0], [1.0, 998.0, 3.0], [0.5, 990.0, 1.0],
+                        [-1.0, 0.0, 0.5], [0.3, 995.0, -0.2]])
     rows = ",\n".join("        [" + ", ".join(f"{x:.4f}" for x in row) + "]"
-                      for row in torch.softmax(S1, dim=-1).tolist())
+                      for row in torch.softmax(St1, dim=0).tolist())
     printed = f"    return torch.tensor([\n{rows}])"
-    dan = _fill(s06, {"softmax_rows": printed, "jacobian_from_p": RIGHT["jacobian_from_p"],
+    dan = _fill(s06, {"softmax_columns": printed, "jacobian_from_p": RIGHT["jacobian_from_p"],
                       "tempered_softmax": "    raise NotImplementedError('no time left')"})
     dan.metadata["kernelspec"] = {"name": "attn-course", "display_name": "Attention course",
                                   "language": "python"}
@@ -255,12 +267,12 @@ def build(out: Path) -> dict[str, str]:
     files["dan/Copy of 06_softmax.ipynb"] = dan
 
     files["eve/06_softmax.ipynb"] = _fill(labs["06_softmax"], {
-        "softmax_rows": MISTAKES["softmax_rows"],
+        "softmax_columns": MISTAKES["softmax_columns"],
         "jacobian_from_p": "    return torch.diag(p)",
         "tempered_softmax": "    return stable_softmax(s * tau)"})
 
     files["frankli_1234_56789_06_softmax.ipynb"] = _fill(s06, {
-        "softmax_rows": MISTAKES["softmax_rows"]})
+        "softmax_columns": MISTAKES["softmax_columns"]})
     solutions = {}
     for ex in classroom.find_exercises(labs["06_softmax"]):
         source = labs["06_softmax"].cells[ex.solutions[0]].source
@@ -268,7 +280,7 @@ def build(out: Path) -> dict[str, str]:
         solutions[ex.function] = body.split("\n", 1)[1].split('"""\n', 2)[-1]
     files["frankli_1234_56790_06_softmax-1.ipynb"] = _fill(s06, solutions)
 
-    gus = _fill(s06, {"softmax_rows": RIGHT["softmax_rows"],
+    gus = _fill(s06, {"softmax_columns": RIGHT["softmax_columns"],
                       "jacobian_from_p": RIGHT["jacobian_from_p"],
                       "tempered_softmax": "    while True:\n        pass"})
     files["gus/06_softmax.ipynb"] = gus
@@ -278,25 +290,25 @@ def build(out: Path) -> dict[str, str]:
     files["gus/notes.ipynb"] = notes
 
     hana = _never_run(_fill(s06, {k: RIGHT[k] for k in (
-        "softmax_rows", "jacobian_from_p", "tempered_softmax")}))
+        "softmax_columns", "jacobian_from_p", "tempered_softmax")}))
     for cell in hana.cells:  # she deleted the check under her Jacobian
         cell.source = cell.source.replace("check_jacobian(answer, s2)", "")
     files["hana/06_softmax.ipynb"] = hana
 
-    # Ivan defined softmax_rows in a cell below the exercise and ran it before the check.
+    # Ivan defined softmax_columns in a cell below the exercise and ran it before the check.
     ivan = _fill(s06, {"jacobian_from_p": RIGHT["jacobian_from_p"],
                        "tempered_softmax": RIGHT["tempered_softmax"]})
-    i = next(k for k, c in enumerate(ivan.cells) if "answer = softmax_rows(S1)" in c.source)
+    i = next(k for k, c in enumerate(ivan.cells) if "answer = softmax_columns(St1)" in c.source)
     ivan.cells.insert(i + 1, nbformat.v4.new_code_cell(
-        "def softmax_rows(S):\n" + RIGHT["softmax_rows"]))
+        "def softmax_columns(St):\n" + RIGHT["softmax_columns"]))
     n = sum(c.cell_type == "code" for c in ivan.cells)
     k = sum(c.cell_type == "code" for c in ivan.cells[: i + 1])  # the exercise is code cell k
     order = list(range(1, n + 1))
     order[k - 1], order[k] = order[k], order[k - 1]  # the definition ran first
     files["ivan/06_softmax.ipynb"] = _saved_run(
-        ivan, {"softmax_rows": "Correct: the softmax matches.\n"}, order)
+        ivan, {"softmax_columns": "Correct: the softmax matches.\n"}, order)
 
-    lena = _fill(s06, {"softmax_rows": "    return torch.zeros_like(S)",
+    lena = _fill(s06, {"softmax_columns": "    return torch.zeros_like(St)",
                        "jacobian_from_p": "    return torch.diag(p)",
                        "tempered_softmax": "    return s"})
     setup = next(c for c in lena.cells if c.cell_type == "code")
@@ -311,19 +323,21 @@ def build(out: Path) -> dict[str, str]:
         old = old_edition(lab)
         if old is not None:  # a shallow clone lacks the history: the case is left out
             files[f"{who}/{lab}.ipynb"] = old
-    olga = _fill(s06, {k: RIGHT[k] for k in ("softmax_rows", "jacobian_from_p",
+    olga = _fill(s06, {k: RIGHT[k] for k in ("softmax_columns", "jacobian_from_p",
                                              "tempered_softmax")})
     olga.metadata["attnbook"].update(exercises="0123456789ab", commit="f" * 40, version="9.9")
     files["olga/06_softmax.ipynb"] = olga
 
     # Kai turns interrupts off to outlast the time limit in his last exercise.
     files["kai/07_weighted_sum.ipynb"] = _fill(s07, {
-        "outputs": "    return w @ v", "hull_bound": "    return V[:, 0].cummax(dim=0)[0]",
-        "permuted_outputs": "    import signal\n    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                            "    while True:\n        pass"})
+        "outputs_by_column": "    return vt @ w.T",
+        "hull_bound": "    return V[:, 0].cummax(dim=0)[0]",
+        "unshuffled_outputs": "    import signal\n"
+                              "    signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                              "    while True:\n        pass"})
 
     files["Julia Kim_123456_assignsubmission_file_/04_causal_mask.ipynb"] = _fill(s04, {
-        k: MISTAKES[k] for k in ("my_causal_mask", "masked_scores", "changed_outputs")})
+        k: MISTAKES[k] for k in ("cached_causal_mask", "window_scores", "changed_outputs")})
 
     out.mkdir(parents=True)
     for rel, nb in files.items():

@@ -26,60 +26,56 @@ def _matches_with_nan(answer, wrong: torch.Tensor) -> bool:
 
 
 def check_softmax(answer, scores: torch.Tensor) -> Feedback:
-    """Exercise: the softmax of each row of ``scores``, computed so that it cannot overflow.
+    """Exercise: the softmax of each column of ``scores``, the scores laid out transposed (one
+    column per query, as ``K Q^T`` computes them), computed so that it cannot overflow.
 
     Shape:
-        scores: (T, T); answer: (T, T), each row summing to 1
+        scores: (T_keys, T_queries); answer: (T_keys, T_queries), each column summing to 1
     """
     s = scores.detach().double().cpu()
-    expected = stable_softmax(s, dim=-1)
+    expected = stable_softmax(s, dim=0)
     # The naive formula in the dtype the learner had, and in float64 in case they upcast.
-    for naive in (_naive_softmax(scores.detach().cpu()), _naive_softmax(s)):
+    for naive in (_naive_softmax(scores.detach().cpu(), dim=0), _naive_softmax(s, dim=0)):
         if not torch.isfinite(naive).all() or not torch.allclose(naive, expected.to(naive.dtype)):
             if _matches_with_nan(answer, naive):
                 return Feedback(False, "Not yet: the softmax looks like the result of the naive "
                                        "formula exp(s) / sum exp(s), which overflowed: exp of a "
                                        "large score is inf and inf / inf = NaN (or a sum of inf "
-                                       "turns every weight into 0). Subtract each row's max first.")
+                                       "turns every weight into 0). Subtract each column's max "
+                                       "first.")
     # Mistakes whose result holds NaN or inf (0 / 0, exp overflow): compared NaN for NaN.
-    flat = s - s.amax()  # the whole matrix's maximum: rows far below it underflow to 0 / 0
-    square = s.dim() == 2 and s.shape[0] == s.shape[1]
-    # (T, T) - (T,) broadcasts along the last axis, i.e. by column (it only runs when square).
-    loose = s - s.amax(dim=-1) if square else None
+    flat = s - s.amax()  # the whole matrix's maximum: columns far below it underflow to 0 / 0
+    by_row = s - s.amax(dim=-1, keepdim=True)  # each row's max: a draft for rows, half changed
+    by_column = s - s.amax(dim=0, keepdim=True)
     with_nan = {
-        "each entry shifted by the maximum of the whole matrix, not by its own row's: a row far "
-        "below that maximum underflows to exp(...) = 0 everywhere and 0 / 0 = NaN. Take each "
-        "row's max: S.amax(dim=-1, keepdim=True)":
-            flat.exp() / flat.exp().sum(-1, keepdim=True),
-        "the row max taken without keepdim=True: amax(dim=-1) is a (T,) vector, and S minus it "
-        "broadcasts along the last axis, so entry [i, j] is shifted by row j's max. Keep the "
-        "dimension: S.amax(dim=-1, keepdim=True), shape (T, 1)":
-            loose.exp() / loose.exp().sum(-1, keepdim=True),
-        "the row sum taken without keepdim=True: e / e.sum(-1) divides entry [i, j] by row j's "
-        "sum (a (T,) vector broadcasts along the last axis). Use e.sum(dim=-1, keepdim=True)":
-            (s - s.amax(-1, keepdim=True)).exp()
-            / (s - s.amax(-1, keepdim=True)).exp().sum(-1),
-        "the row max and the row sum both taken without keepdim=True: each (T,) vector "
-        "broadcasts along the last axis, by column, not by row. Use keepdim=True for both":
-            loose.exp() / loose.exp().sum(-1),
-    } if square else {
-        "each entry shifted by the maximum of the whole matrix, not by its own row's: a row far "
-        "below that maximum underflows to exp(...) = 0 everywhere and 0 / 0 = NaN. Take each "
-        "row's max: S.amax(dim=-1, keepdim=True)":
-            flat.exp() / flat.exp().sum(-1, keepdim=True)}
+        "each entry shifted by the maximum of the whole matrix, not by its own column's: a "
+        "column far below that maximum underflows to exp(...) = 0 everywhere and 0 / 0 = NaN. "
+        "Take each column's max: St.amax(dim=0, keepdim=True)":
+            flat.exp() / flat.exp().sum(0, keepdim=True),
+        "each entry shifted by its row's max but normalised by its column's sum: the shift "
+        "cancels only if it is the same for every entry of a column (one query's scores), so "
+        "take the max over the same axis as the sum, dim=0":
+            by_row.exp() / by_row.exp().sum(0, keepdim=True),
+        "each entry shifted by its column's max but divided by its row's sum: sum over the "
+        "same axis as the max, dim=0, so that each column (one query's weights) sums to one":
+            by_column.exp() / by_column.exp().sum(-1, keepdim=True),
+    }
     if not _matches_with_nan(answer, expected):
         for mistake, wrong in with_nan.items():
             if _matches_with_nan(answer, wrong):
                 return Feedback(False, f"Not yet: {mistake}.")
-    row_max = s.amax(dim=-1, keepdim=True)  # (T, 1)
+    col_max = s.amax(dim=0, keepdim=True)  # (1, T_queries)
     mistakes = {
-        "it was normalised over the wrong dimension (each column sums to one, not each row): "
-        "use dim=-1": stable_softmax(s, dim=-2),
-        "you forgot to exponentiate: the scores divided by their row sum": s / s.sum(-1, True),
-        "you divided by the row max instead of subtracting it: exp(s / max) normalised":
-            stable_softmax(s / row_max, dim=-1),
-        "exp(s - max) without dividing by the row sum: the rows do not sum to one":
-            (s - row_max).exp(),
+        "it was normalised over the rows (each row sums to one), as for Q K^T: here one query's "
+        "scores are a column, so normalise over dim=0": stable_softmax(s, dim=-1),
+        "the weights transposed, (T_queries, T_keys): return them in the layout of St, one "
+        "column per query": expected.T,
+        "you forgot to exponentiate: the scores divided by their column sum":
+            s / s.sum(0, keepdim=True),
+        "you divided by the column max instead of subtracting it: exp(s / max) normalised":
+            stable_softmax(s / col_max, dim=0),
+        "exp(s - max) without dividing by the column sum: the columns do not sum to one":
+            (s - col_max).exp(),
         "the softmax of the whole matrix at once (all entries together sum to one)":
             stable_softmax(s.flatten(), dim=-1).reshape(s.shape),
     }
@@ -137,18 +133,20 @@ def check_temperature(answer, scores: torch.Tensor, temperature: float) -> Feedb
 # The exercises as functions, for grading on inputs the learner never saw (scripts/grading).
 
 _NO_SOFTMAX = ("softmax", "stable_softmax", "temperature_softmax", "masked_softmax",
-               "log_softmax", "softmax_v2", "Softmax")
+               "log_softmax", "softmax_v1", "softmax_v2", "Softmax", "logsumexp")
 
 
 def _softmax_cases(g: torch.Generator) -> list[HiddenCase]:
-    big = 3 * torch.randn(5, 5, generator=g)  # float32, as in the lab: one row near 1000
-    big[1] += 1000.0
-    small = torch.randn(3, 7, generator=g, dtype=torch.float64)
-    small[2] -= 1000.0  # every exponential underflows in the naive formula
+    big = 3 * torch.randn(5, 4, generator=g)  # float32, as in the lab: one column near 1000
+    big[:, 1] += 1000.0
+    small = torch.randn(7, 3, generator=g, dtype=torch.float64)
+    small[:, 2] -= 1000.0  # every exponential underflows in the naive formula
+    square = 2 * torch.randn(6, 6, generator=g, dtype=torch.float64)  # rows and columns agree
     one = torch.randn(1, 1, generator=g, dtype=torch.float64)
     return [HiddenCase((S.clone(),), (S,), label) for S, label in (
-        (big, "a (5, 5) float32 matrix with a row near 1000"),
-        (small, "a (3, 7) float64 matrix with a row near -1000"),
+        (big, "a (5, 4) float32 matrix with a column near 1000"),
+        (small, "a (7, 3) float64 matrix with a column near -1000"),
+        (square, "a (6, 6) matrix"),
         (one, "a (1, 1) matrix"))]
 
 
@@ -169,7 +167,7 @@ def _temperature_cases(g: torch.Generator) -> list[HiddenCase]:
 
 
 GRADED = {
-    "check_softmax": FunctionExercise("softmax_rows", check_softmax, _softmax_cases,
+    "check_softmax": FunctionExercise("softmax_columns", check_softmax, _softmax_cases,
                                       forbidden=_NO_SOFTMAX),
     "check_jacobian": FunctionExercise("jacobian_from_p", check_jacobian, _jacobian_cases,
                                        forbidden=("softmax_jacobian", "jacobian", "autograd",

@@ -8,44 +8,35 @@ from ..softmax import stable_softmax
 from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 
-def _shape(answer) -> tuple[int, ...] | None:
-    try:
-        return tuple(torch.as_tensor(answer).shape)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-
-
-def check_outputs(answer, weights: torch.Tensor, v: torch.Tensor, k: torch.Tensor,
+def check_outputs(answer, weights: torch.Tensor, vt: torch.Tensor, kt: torch.Tensor,
                   scores: torch.Tensor | None = None) -> Feedback:
-    """Exercise: every output at once, Y = A V.
+    """Exercise: every output at once with one token per column: the values given as
+    ``vt = V^T`` (column j is v_j), the outputs wanted as ``Y^T = V^T A^T`` (column i is y_i).
 
     Shape:
-        weights: (T, T), v: (T, d), k: (T, d), scores: (T, T); answer: (T, d)
+        weights: (T, T), vt: (d, T), kt: (d, T), scores: (T, T); answer: (d, T)
     """
-    A, V, K = (t.detach().double().cpu() for t in (weights, v, k))
-    expected = A @ V  # (T, T) @ (T, d) -> (T, d)
-    T, d = V.shape
+    A, Vt, Kt = (t.detach().double().cpu() for t in (weights, vt, kt))
+    expected = Vt @ A.T  # (d, T) @ (T, T) -> (d, T): column i mixes the values by row i of A
+    d, T = Vt.shape
     mistakes = {
-        "the weights transposed, Aᵀ V: column i of A says who attends to token i, "
-        "row i says whom token i attends to": A.T @ V,
-        "a mix of the keys, A K, instead of the values A V": A @ K,
-        "the output transposed, (A V)ᵀ = Vᵀ Aᵀ: one row per feature instead of one per token":
-            expected.T,
+        "Vᵀ A, which mixes the values by column i of A (who attends to token i), as Aᵀ V does "
+        "in the row layout: output i is weighted by row i of A, so multiply by Aᵀ": Vt @ A,
+        "a mix of the keys, Kᵀ Aᵀ, instead of the values": Kt @ A.T,
+        "the outputs in the row layout, A V of shape (T, d): return one column per token, "
+        "(d, T), as the values came": expected.T,
     }
     if scores is not None:
         S = scores.detach().double().cpu()
-        mistakes["the raw scores times the values, S V: apply the softmax first"] = S @ V
-        mistakes["the weights of the scores without the causal mask, softmax(S) V: every "
-                 "token sees the future; use the weights given"] = stable_softmax(S) @ V
+        mistakes["the raw scores instead of the weights, Vᵀ Sᵀ: apply the softmax first"] = (
+            Vt @ S.T)
+        mistakes["the weights of the scores without the causal mask, Vᵀ softmax(S)ᵀ: every "
+                 "token sees the future; use the weights given"] = Vt @ stable_softmax(S).T
     if T == d:  # these only have the right shape when T == d
-        mistakes["V A instead of A V: the weights must multiply from the left"] = V @ A
-        mistakes["an elementwise product A * V instead of the matrix product A @ V"] = A * V
-    feedback = check_tensor(answer, expected, mistakes, name="Y")
-    shape = _shape(answer)
-    if not feedback.ok and T != d and shape == (d, T):
-        return Feedback(False, f"Not yet: Y has shape {shape}, the transpose of A V's {(T, d)}: "
-                               "did you write V.T @ A.T or transpose the result?")
-    return feedback
+        mistakes["A Vᵀ: multiplying from the left mixes the features of one token, not the "
+                 "tokens"] = A @ Vt
+        mistakes["an elementwise product instead of a matrix product"] = Vt * A.T
+    return check_tensor(answer, expected, mistakes, name="Yᵀ")
 
 
 def check_hull_bound(answer, v: torch.Tensor) -> Feedback:
@@ -85,25 +76,28 @@ def check_hull_bound(answer, v: torch.Tensor) -> Feedback:
     return check_tensor(answer, expected, mistakes, name="the bound")
 
 
-def check_permuted_outputs(answer, y: torch.Tensor, perm: torch.Tensor) -> Feedback:
-    """Exercise: outputs of unmasked attention on the permuted tokens x[perm], from y alone.
+def check_permuted_outputs(answer, y_perm: torch.Tensor, perm: torch.Tensor) -> Feedback:
+    """Exercise: undo a shuffle: the outputs of unmasked attention on the tokens x, from its
+    outputs ``y_perm`` on the shuffled tokens x[perm] alone.
 
     Shape:
-        y: (T, d) the outputs for x; perm: (T,); answer: (T, d)
+        y_perm: (T, d) the outputs for x[perm]; perm: (T,); answer: (T, d)
     """
-    Y = y.detach().double().cpu()
+    Yp = y_perm.detach().double().cpu()
     perm = perm.detach().cpu()
     inverse = torch.argsort(perm)
-    expected = Y[perm]  # (T, d): the outputs permute exactly as the tokens do
+    expected = Yp[inverse]  # (T, d): y_perm[i] = y[perm[i]], so y[perm[i]] = y_perm[i]
     mistakes = {
-        "y unchanged: attention without a mask is permutation equivariant, not invariant; "
-        "the outputs move with their tokens": Y,
-        "the inverse permutation, y[argsort(perm)]: row i of the new input is x[perm[i]], "
-        "so row i of the new output is y[perm[i]]": Y[inverse],
+        "y_perm unchanged: attention without a mask is permutation equivariant, not invariant; "
+        "the outputs moved with their tokens, so they must move back": Yp,
+        "y_perm[perm], the shuffle applied a second time: row i of y_perm is y[perm[i]], so y "
+        "is y_perm with row i put back at place perm[i] (y[perm] = y_perm), which is "
+        "y_perm[argsort(perm)]": Yp[perm],
     }
-    if Y.shape[1] == perm.numel():  # only then is permuting the features possible
-        mistakes["the features permuted, y[:, perm], instead of the tokens (rows)"] = Y[:, perm]
-    return check_tensor(answer, expected, mistakes, name="Y for the shuffled tokens")
+    if Yp.shape[1] == perm.numel():  # only then is permuting the features possible
+        mistakes["the features put back, y_perm[:, argsort(perm)], instead of the tokens "
+                 "(rows)"] = Yp[:, inverse]
+    return check_tensor(answer, expected, mistakes, name="Y for the tokens in their order")
 
 
 # The exercises as functions, for grading on inputs the learner never saw (scripts/grading).
@@ -116,7 +110,9 @@ def _outputs_cases(g: torch.Generator) -> list[HiddenCase]:
         scores = q @ k.T / d ** 0.5  # (T, T) unmasked
         future = torch.triu(torch.ones(T, T, dtype=torch.bool), diagonal=1)
         w = stable_softmax(scores.masked_fill(future, float("-inf")))  # (T, T) causal weights
-        cases.append(HiddenCase((w.clone(), v.clone()), (w, v, k, scores), f"T = {T}, d = {d}"))
+        vt, kt = v.T.contiguous(), k.T.contiguous()  # (d, T): one token per column
+        cases.append(HiddenCase((w.clone(), vt.clone()), (w, vt, kt, scores),
+                                f"T = {T}, d = {d}"))
     return cases
 
 
@@ -133,17 +129,18 @@ def _permuted_cases(g: torch.Generator) -> list[HiddenCase]:
     for T, d in ((6, 3), (4, 4)):
         y = torch.randn(T, d, generator=g, dtype=torch.float64)
         perm = torch.randperm(T, generator=g)
-        while T > 1 and torch.equal(perm, torch.arange(T)):  # the identity shows nothing
+        # Not its own inverse (the identity included): then perm and argsort(perm) differ.
+        while T > 2 and torch.equal(perm[perm], torch.arange(T)):
             perm = torch.randperm(T, generator=g)
         cases.append(HiddenCase((y.clone(), perm.clone()), (y, perm), f"T = {T}, d = {d}"))
     return cases
 
 
 GRADED = {
-    "check_outputs": FunctionExercise("outputs", check_outputs, _outputs_cases,
+    "check_outputs": FunctionExercise("outputs_by_column", check_outputs, _outputs_cases,
                                       forbidden=("weighted_sum", "weighted_sum_v1", "einsum")),
     "check_hull_bound": FunctionExercise("hull_bound", check_hull_bound, _hull_cases),
-    "check_permuted_outputs": FunctionExercise("permuted_outputs", check_permuted_outputs,
+    "check_permuted_outputs": FunctionExercise("unshuffled_outputs", check_permuted_outputs,
                                                _permuted_cases,
                                                forbidden=("attention_no_mask", "attn")),
 }
