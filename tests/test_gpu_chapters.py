@@ -100,13 +100,3 @@ def test_compile_tables_name_their_triton_and_show_colabs(key, lab):
         assert "Triton 3.6.0 (Colab's GPU runtime)" in caption, name
         pasted = set(re.findall(rf"::{key}_t36_cc_(\w+):s`", body))
         assert pasted == set(t36) - {"fp32_tf32x3_d64_sm75"}, name
-
-
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
-def test_no_backtick_fence_has_a_backtick_in_its_info_string(page):
-    """CommonMark ends a backtick fence's info string at a backtick, so a directive opened with
-    ``` and a caption holding a role or inline code is not a directive at all: the page shows
-    its source. Such captions need a colon fence (:::{table} ...)."""
-    opened = [line for line in page.read_text(encoding="utf-8").splitlines()
-              if re.match(r"^`{3,}\{", line) and "`" in re.sub(r"^`{3,}", "", line)]
-    assert opened == []
