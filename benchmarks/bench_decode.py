@@ -28,7 +28,7 @@ preempted, which the median of a short call catches more often than not (an earl
 load average of 13 gave medians 1.1 to 15 times the best). The medians are printed beside the
 best times. The load average is printed before and after.
 
-    .venv/bin/python benchmarks/bench_decode.py [--repeats 9] [--no-compile]
+    .venv/bin/python benchmarks/bench_decode.py [--repeats 41] [--steps 5] [--no-compile]
     .venv/bin/python benchmarks/bench_decode.py --save benchmarks/bench_decode.md
 """
 
@@ -52,7 +52,6 @@ LENGTHS = (64, 256, 1024)
 MIDDLE = 256  # the cache length of the overhead, batching and compile parts
 BATCHES = (1, 2, 4, 8, 16, 32)
 CONTEXT = max(LENGTHS) + 2  # room for the step's own token
-GENERATORS = ("one head", "4 heads", "tiny model")
 
 
 # -- counting (not timed) --------------------------------------------------------------------
@@ -277,7 +276,7 @@ def breakdown(mods: dict, repeats: int, steps: int) -> tuple[str, str, str, dict
         for L in LENGTHS:
             fns, caches = (model_steps(mod, L) if name == "tiny model"
                            else attention_steps(mod, L))
-            # An untimed-in-effect step first (its time is not reported), so that each timed
+            # A warm-up step first (timed with the others, never reported), so that each timed
             # call finds this cache's keys and values where the previous step left them, in
             # the CPU's caches, as consecutive steps of a generation do; the copies of 256 MiB
             # in the same rounds evict them.
