@@ -218,7 +218,7 @@ def _flags(book, student):
 @needs_kernel
 def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     folder, book, rows = graded
-    old = ["mia", "nora"] if HISTORY else []
+    old = ["mia", "nora", "pablo"] if HISTORY else []
     assert sorted(book) == sorted(["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli",
                                    "gus", "hana", "ivan", "kai", "lena", *old, "olga", "pia",
                                    "quinn", "rosa", "sam", "tom"])
@@ -352,6 +352,24 @@ def test_an_older_edition_without_its_release_is_flagged_not_renamed_or_deleted(
     report = (graded[0] / "feedback" / "nora.md").read_text(encoding="utf-8")
     assert "without an edition stamp" in report and "editions.py NAME COMMIT LAB" in report
     assert "(current)" in report  # the edition the grader has, named
+
+
+@needs_kernel
+@needs_history
+def test_a_stamped_older_edition_is_flagged_and_graded_as_far_as_the_checks_go(graded):
+    """The edition of lab 07 handed out before its exercises changed: recognised as older by
+    its stamp (its commit is an ancestor of this checkout), the unchanged exercise graded."""
+    import make_submissions
+
+    _, book, rows = graded
+    assert "07_weighted_sum:old-edition" in _flags(book, "pablo")
+    pablo = _ex(rows, "pablo", "07_weighted_sum")
+    assert book["pablo"]["07_weighted_sum"] == "2", pablo  # the hull bound, worth 2
+    assert all("is not in the edition handed in" in pablo[name][1]
+               for name in ("outputs", "permuted_outputs")), pablo
+    report = (graded[0] / "feedback" / "pablo.md").read_text(encoding="utf-8")
+    commit = make_submissions.stamped_old_edition().metadata["attnbook"]["commit"]
+    assert f"commit {commit[:10]}" in report and "editions.py NAME COMMIT LAB" in report
 
 
 @needs_kernel

@@ -113,6 +113,11 @@ CASES = {
     "nora/04_causal_mask.ipynb": "an older edition answered right, no release holds it: "
                                  "old-edition, the editions named and what to do, no "
                                  "'renamed or deleted?'",
+    "pablo/07_weighted_sum.ipynb": "the edition of lab 07 handed out before its exercises "
+                                   "changed (stamped with its edition and an older commit of "
+                                   "this checkout), answered right: old-edition, the unchanged "
+                                   "hull bound graded 2 / 4, the two changed exercises 'not in "
+                                   "the edition handed in'",
     "olga/06_softmax.ipynb": "a newer edition than the grader's (stamped with an edition and "
                              "a commit this checkout lacks), answered right: 3 / 3 by the "
                              "current checks, newer-edition",
@@ -215,6 +220,35 @@ def old_edition(lab: str):
             if cell.cell_type == "code" and call in cell.source:
                 cell.source = re.sub(r"^answer = \.\.\..*$", lambda _, a=answer: a, cell.source,
                                      count=1, flags=re.M)
+    return nb
+
+
+# The commit before labs 04, 06 and 07 asked for variations of their worked cells (issue 31):
+# the term that started with its editions hands in exercises that have changed since.
+STAMPED_EDITION = "2c23266^"
+STAMPED_RIGHT = {"outputs": "    return w @ v",
+                 "hull_bound": "    return V[:, 0].cummax(dim=0).values",
+                 "permuted_outputs": "    return y[perm]"}
+
+
+def stamped_old_edition(lab: str = "07_weighted_sum"):
+    """``lab``'s student edition as made at STAMPED_EDITION, stamped as classroom.py stamped it
+    then (its edition id, that commit), answered right; None without the history."""
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
+
+    shown = git("show", f"{STAMPED_EDITION}:notebooks/{lab}.ipynb")
+    commit = git("rev-parse", f"{STAMPED_EDITION}^{{commit}}").stdout.strip()
+    if shown.returncode != 0 or not commit:
+        return None
+    lab_nb = nbformat.reads(shown.stdout, as_version=4)
+    exercises = classroom.find_exercises(lab_nb)
+    nb = _fill(classroom.student_edition(lab_nb, exercises), STAMPED_RIGHT)
+    nb.metadata["attnbook"] = {"lab": lab, "edition": "student",
+                               "exercises": classroom.edition_id(lab_nb, exercises),
+                               "version": "0.1.0", "commit": commit, "release": ""}
     return nb
 
 
@@ -323,6 +357,9 @@ def build(out: Path) -> dict[str, str]:
         old = old_edition(lab)
         if old is not None:  # a shallow clone lacks the history: the case is left out
             files[f"{who}/{lab}.ipynb"] = old
+    pablo = stamped_old_edition()
+    if pablo is not None:
+        files["pablo/07_weighted_sum.ipynb"] = pablo
     olga = _fill(s06, {k: RIGHT[k] for k in ("softmax_columns", "jacobian_from_p",
                                              "tempered_softmax")})
     olga.metadata["attnbook"].update(exercises="0123456789ab", commit="f" * 40, version="9.9")
