@@ -1,4 +1,4 @@
-"""A checkpoint saved from the seed's module loads into attnbook.Attention and agrees."""
+"""A checkpoint saved from the original module (attnbook.seed) loads into Attention and agrees."""
 
 from __future__ import annotations
 

@@ -74,16 +74,16 @@ def trace(outdir: Path) -> Path:
 
 
 def max_differences(dtype: torch.dtype, T: int, d: int = 64, B: int = 2, seeds: int = 5):
-    """Largest |ours - reference| over a few random modules, for SDPA, MHA and the seed."""
+    """Largest |ours - reference| over a few random modules: SDPA, MHA, the original module."""
     worst = {"scaled_dot_product_attention": 0.0, "nn.MultiheadAttention": 0.0,
-             "the seed's module": 0.0}
+             "the original module": 0.0}
     for s in range(seeds):
         torch.manual_seed(s)
         m = Attention(d, T).to(dtype)
         x = torch.randn(B, T, d, dtype=dtype)
         mha = nn.MultiheadAttention(d, 1, bias=False, batch_first=True).to(dtype)
-        seed = Seed(d, T).to(dtype)
-        seed.load_state_dict(m.state_dict())
+        original = Seed(d, T).to(dtype)
+        original.load_state_dict(m.state_dict())
         with torch.no_grad():
             mha.in_proj_weight.copy_(torch.cat([m.query.weight, m.key.weight, m.value.weight]))
             mha.out_proj.weight.copy_(torch.eye(d, dtype=dtype))
@@ -94,7 +94,7 @@ def max_differences(dtype: torch.dtype, T: int, d: int = 64, B: int = 2, seeds: 
                 # Masks written out, not taken from the module: a reference shares no code.
                 "nn.MultiheadAttention": mha(x, x, x, need_weights=False, attn_mask=~torch.ones(
                     T, T, dtype=torch.bool).tril())[0],
-                "the seed's module": seed(x),
+                "the original module": original(x),
             }
         for name, ref in refs.items():
             worst[name] = max(worst[name], (y - ref).abs().max().item())
@@ -106,7 +106,7 @@ def agreement(outdir: Path) -> Path:
     Ts = [2, 4, 8, 16, 32, 64, 128, 256]
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)
     markers = {"scaled_dot_product_attention": "o", "nn.MultiheadAttention": "s",
-               "the seed's module": "^"}
+               "the original module": "^"}
     for ax, dtype, tol in zip(axes, (torch.float32, torch.float64), (1e-5, 1e-12)):
         rows = [max_differences(dtype, T) for T in Ts]
         for name, marker in markers.items():
