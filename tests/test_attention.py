@@ -147,12 +147,12 @@ def test_all_padding_sequence_is_finite():
 def test_seed_nans_where_we_do_not():
     from attnbook.seed import Attention as Seed
 
-    seed = Seed(4, 5)
+    original = Seed(4, 5)
     x = torch.randn(1, 5, 4)
     pad = torch.tensor([[False, True, True, True, True]])
-    assert torch.isnan(seed(x, pad)[0, 0]).all(), "the seed's flaw, reproduced"
+    assert torch.isnan(original(x, pad)[0, 0]).all(), "the original module's flaw, reproduced"
     ours = Attention(4, 5)
-    ours.load_state_dict(seed.state_dict())
+    ours.load_state_dict(original.state_dict())
     assert torch.isfinite(ours(x, pad)).all()
 
 

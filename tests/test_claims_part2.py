@@ -202,13 +202,13 @@ def test_fig_pad_nan_rows_agree_up_to_rounding():
     T = 5
     pm = torch.tensor([False, False, True, True, True])  # two left padding tokens
     x = torch.randn(1, T, 8)
-    seed = SeedAttention(8, 8)
+    original = SeedAttention(8, 8)
     ours = Attention(8, 8)
-    ours.load_state_dict(seed.state_dict())
+    ours.load_state_dict(original.state_dict())
     with torch.no_grad():
-        q, k = seed.query(x), seed.key(x)
+        q, k = original.query(x), original.key(x)
         s = (q @ k.transpose(-2, -1)) / 8**0.5
-        s = s.masked_fill(seed.mask[:T, :T], float("-inf"))
+        s = s.masked_fill(original.mask[:T, :T], float("-inf"))
         w_seed = torch.softmax(s.masked_fill(~pm[None, None, :], float("-inf")), dim=-1)[0]
         _, w_ours = ours(x, pm[None], return_weights=True)
     real = ~torch.isnan(w_seed).any(-1)

@@ -40,8 +40,8 @@ def test_blocked_mistakes_are_named(answer, phrase):
 
 
 def test_empty_rows_are_where_the_seed_gives_nan():
-    seed = Seed(4, T)
-    out = seed(torch.randn(3, T, 4), PAD)
+    original = Seed(4, T)
+    out = original(torch.randn(3, T, 4), PAD)
     assert torch.equal(torch.isnan(out).any(dim=-1), empty_rows(PAD))
     assert empty_rows(PAD).tolist() == [[False] * 5, [True, True, False, False, False],
                                         [False] * 5]

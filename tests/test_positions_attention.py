@@ -114,21 +114,21 @@ def test_positions_per_sequence():
 
 def test_rope_changes_the_output_and_none_is_the_seed():
     torch.manual_seed(0)
-    seed = SeedAttention(8, 6)
+    original = SeedAttention(8, 6)
     ours = Attention(8, 6)
     assert ours.position == "none"
-    ours.load_state_dict(seed.state_dict())
+    ours.load_state_dict(original.state_dict())
     x = torch.randn(2, 6, 8)
-    torch.testing.assert_close(ours(x), seed(x), rtol=1e-6, atol=1e-6)  # as the seed's test
-    # bit for bit the seed's steps as the library wrote them before positions existed
+    torch.testing.assert_close(ours(x), original(x), rtol=1e-6, atol=1e-6)  # as the original's test
+    # bit for bit the original module's steps as the library wrote them before positions existed
     q, k, v = ours.query(x), ours.key(x), ours.value(x)
     w = masked_softmax(scale_scores(attention_scores(q, k), 8), ours.mask[:6, :6])
     assert torch.equal(ours(x), weighted_sum(w, v))
     for position in ("rope", "alibi"):
         m = Attention(8, 6, position=position)
-        assert m.state_dict().keys() == seed.state_dict().keys()  # no new parameter or buffer
-        m.load_state_dict(seed.state_dict())
-        assert not torch.allclose(m(x), seed(x))
+        assert m.state_dict().keys() == original.state_dict().keys()  # no new parameter or buffer
+        m.load_state_dict(original.state_dict())
+        assert not torch.allclose(m(x), original(x))
     mha = MultiHeadAttention(8, 6, 2)
     assert MultiHeadAttention(8, 6, 2, position="alibi").state_dict().keys() == \
         mha.state_dict().keys()

@@ -42,9 +42,9 @@ def test_seed_fixture_is_the_seed():
 
 @pytest.mark.parametrize("pad_kind", [None, "right"])
 def test_seed_checkpoint_round_trip(pad_kind):
-    seed = Seed(d_model=8, context_length=12)
+    original = Seed(d_model=8, context_length=12)
     buf = io.BytesIO()
-    torch.save(seed.state_dict(), buf)
+    torch.save(original.state_dict(), buf)
     buf.seek(0)
     ours = Attention(d_model=8, context_length=12)
     result = ours.load_state_dict(torch.load(buf, weights_only=True))  # strict by default
@@ -54,7 +54,7 @@ def test_seed_checkpoint_round_trip(pad_kind):
     pad = None
     if pad_kind:
         pad = torch.arange(10)[None, :] < torch.tensor([10, 7, 3])[:, None]
-    expected = seed(x, pad)
+    expected = original(x, pad)
     got = ours(x, pad)
     real = pad if pad is not None else torch.ones(3, 10, dtype=torch.bool)
     torch.testing.assert_close(got[real], expected[real], rtol=1e-6, atol=1e-6)
@@ -62,7 +62,7 @@ def test_seed_checkpoint_round_trip(pad_kind):
 
 def test_our_checkpoint_loads_into_the_seed():
     ours = Attention(4, 6)
-    seed = Seed(4, 6)
-    seed.load_state_dict(ours.state_dict())
+    original = Seed(4, 6)
+    original.load_state_dict(ours.state_dict())
     x = torch.randn(2, 6, 4)
-    torch.testing.assert_close(seed(x), ours(x))
+    torch.testing.assert_close(original(x), ours(x))

@@ -97,19 +97,20 @@ def nan_figure(outdir: Path) -> Path:
     torch.manual_seed(0)
     tokens, pm = padded("left")
     x = torch.randn(1, T, 8)  # (B, T, d)
-    seed = SeedAttention(8, 8)
+    original = SeedAttention(8, 8)
     ours = Attention(8, 8)
-    ours.load_state_dict(seed.state_dict())  # the same weights
+    ours.load_state_dict(original.state_dict())  # the same weights
     with torch.no_grad():
-        # The seed's module returns no weights: recompute them exactly as its forward does.
-        q, k = seed.query(x), seed.key(x)
+        # The original module returns no weights: recompute them exactly as its forward does.
+        q, k = original.query(x), original.key(x)
         s = (q @ k.transpose(-2, -1)) / 8**0.5
-        s = s.masked_fill(seed.mask[:T, :T], float("-inf"))
+        s = s.masked_fill(original.mask[:T, :T], float("-inf"))
         s = s.masked_fill(~pm[None, None, :], float("-inf"))
         w_seed = torch.softmax(s, dim=-1)[0]
         _, w_ours = ours(x, pm[None], return_weights=True)
     fig, axes = plt.subplots(1, 2, figsize=(9.6, 4.2))
-    _draw_weights_with_nan(axes[0], w_seed, tokens, "the seed: torch.softmax of a row of −∞")
+    _draw_weights_with_nan(axes[0], w_seed, tokens,
+                           "the original module: torch.softmax of a row of −∞")
     _draw_weights_with_nan(axes[1], w_ours[0], tokens, "attnbook: masked_softmax, empty row = 0")
     fig.tight_layout()
     return save(fig, outdir, "pad_nan.png")
