@@ -27,7 +27,7 @@ PREDICT_DONE = ["00_at_a_glance", "01_projections", "02_scores", "03_scaling", "
                 "05_padding", "06_softmax", "07_weighted_sum", "08_whole_module", "09_cost",
                 "10_online_softmax", "11_fused", "12_kv_cache", "13_multihead", "14_tiny_model",
                 "15_ring_attention", "16_memory_hierarchy", "17_triton_forward",
-                "19_flash_decoding", "20_positions", "21_mask_functions"]
+                "18_triton_backward", "19_flash_decoding", "20_positions", "21_mask_functions"]
 PROMPT = "**Predict first.**"
 GUESS = re.compile(r"^(guess_\w+) = None  # your guess: \S", re.M)
 
