@@ -5,9 +5,9 @@ lab, a content id of its exercises, the attnbook version and commit, and the ter
 ``make classroom RELEASE=name`` freezes a term's editions into ``scripts/grading/releases/name``:
 
     release.json     the release's name, library (version, commit) and, per lab, its edition id
-    release.tar.gz   student/*.ipynb, the student editions handed out, and attnbook/, the
-                     library's code as it was (its checkers among it): an archive, so that
-                     linters and test runners leave the frozen code alone
+    release.tar.gz   student/*.ipynb, the student editions handed out (their cells, without
+                     outputs), and attnbook/, the library's code as it was (its checkers among
+                     it): an archive, so that linters and test runners leave the frozen code alone
 
 A hand-in of the current edition is graded with the current checks; one of a frozen release's
 edition with that release's checkers (its package loaded under another name, so both live in one
@@ -198,6 +198,20 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
                      "ask the student to redo the changed exercises in the current edition.")
 
 
+def _without_outputs(nb):
+    """A copy of ``nb`` with no stored outputs or widget state: the grader runs a release's
+    edition afresh (its reference run) and reads only its cells, so a release keeps the cells
+    (a lab's stored figures and widget views made one release of all labs 10 MB)."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
 def write_release(folder: Path, labs: dict, library: dict, name: str,
                   package: Path | None = None) -> dict:
     """Freeze a term's editions: ``folder``/release.json and release.tar.gz (see above).
@@ -223,7 +237,7 @@ def write_release(folder: Path, labs: dict, library: dict, name: str,
             if "__pycache__" not in path.parts:
                 tar.add(path, arcname=str(Path("attnbook") / path.relative_to(package)))
         for lab, (student, exercises, edition) in sorted(labs.items()):
-            data = nbformat.writes(student).encode("utf-8")
+            data = nbformat.writes(_without_outputs(student)).encode("utf-8")
             info = tarfile.TarInfo(f"student/{lab}.ipynb")
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
