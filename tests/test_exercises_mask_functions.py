@@ -41,6 +41,57 @@ def test_document_mod_mistakes_are_named(fn, phrase):
     assert not fb.ok and phrase in fb.message, fb.message
 
 
+def _window_solution(document_ids, w):
+    def mod(b, h, q, k):
+        return (document_ids[q] == document_ids[k]) & (q >= k) & (q - k < w)
+    return allowed_matrix(mod, T=len(document_ids))
+
+
+def test_windowed_document_mask_right_answer_passes():
+    assert check_document_mod(_window_solution(DOC, 3), DOC, window=3).ok
+    # A window wider than every document is the plain document mask.
+    assert check_document_mod(_window_solution(DOC, 9), DOC, window=9).ok
+    assert check_document_mod(_mod(lambda b, h, q, k: (DOC[q] == DOC[k]) & (q >= k)), DOC,
+                              window=9).ok
+
+
+@pytest.mark.parametrize("fn, w, phrase", [
+    (lambda b, h, q, k: (DOC[q] == DOC[k]) & (q >= k), 3, "without the window"),
+    # With w = 3 and documents of at most 4 tokens, one too wide is the whole document: w = 2.
+    (lambda b, h, q, k: (DOC[q] == DOC[k]) & (q >= k) & (q - k <= 2), 2, "one key too wide"),
+    (lambda b, h, q, k: (DOC[q] == DOC[k]) & (q >= k) & (q - k < 2), 3, "one key too narrow"),
+    (lambda b, h, q, k: (DOC[q] == DOC[k]) & ((q - k).abs() < 3), 3, "on both sides"),
+    (lambda b, h, q, k: (q >= k) & (q - k < 3), 3, "causal mask alone"),
+    (lambda b, h, q, k: (DOC[q] == DOC[k]) & (q > k) & (q - k < 3), 3, "strict inequality"),
+    (lambda b, h, q, k: ~((DOC[q] == DOC[k]) & (q >= k) & (q - k < 3)), 3, "blocked set"),
+])
+def test_windowed_document_mask_mistakes_are_named(fn, w, phrase):
+    fb = check_document_mod(_mod(fn), DOC, window=w)
+    assert not fb.ok and phrase in fb.message, fb.message
+
+
+def test_document_window_practice_check_refuses_the_library_and_a_fixed_row():
+    """In the notebook, the library's mask_mods give "Right values, but ..." and a mask typed in
+    for the lab's row fails the second input, as the grade would."""
+    common = ("import torch\n"
+              "from attnbook.exercises.mask_functions import allowed_matrix, check_document_mod\n"
+              "from attnbook.masks import and_mods, document_mod, sliding_window_mod\n"
+              "doc = torch.tensor([0, 0, 0, 1, 1, 2, 2, 2, 2])\n")
+    library = ("def document_window_allowed(document_ids, w):\n"
+               "    mod = and_mods(document_mod(document_ids), sliding_window_mod(w))\n"
+               "    return allowed_matrix(mod, T=len(document_ids))\n")
+    fixed = ("ROW = allowed_matrix(lambda b, h, q, k: (doc[q] == doc[k]) & (q >= k) & (q - k < 3),"
+             " 9)\n"
+             "def document_window_allowed(document_ids, w):\n"
+             "    return ROW\n")
+    for body, phrase in ((library, "Right values, but document_window_allowed uses and_mods"),
+                         (fixed, "not on a second input")):
+        ns = {"__name__": "__main__"}
+        exec(common + body + "result = check_document_mod(document_window_allowed(doc, 3), doc, "  # noqa: S102
+             "window=3)\n", ns)
+        assert not ns["result"].ok and phrase in ns["result"].message, ns["result"].message
+
+
 def test_allowed_matrix_explains_python_and():
     with pytest.raises(TypeError, match="& | ~"):
         allowed_matrix(lambda b, h, q, k: (DOC[q] == DOC[k]) and (q >= k), DOC.numel())
@@ -118,9 +169,11 @@ def _tile_counts_solution(allowed, block_m, block_n):
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_graded_functions_pass_their_hidden_cases_and_wrong_ones_fail(seed):
     solutions = {"check_tile_counts": _tile_counts_solution,
-                 "check_softcap_grad": lambda s, cap: 1 - torch.tanh(s / cap) ** 2}
+                 "check_softcap_grad": lambda s, cap: 1 - torch.tanh(s / cap) ** 2,
+                 "check_document_mod": _window_solution}
     wrong = {"check_tile_counts": lambda a, bm, bn: _tile_counts_solution(a, bn, bm)[::-1],
-             "check_softcap_grad": lambda s, cap: 1 - torch.tanh(s) ** 2}
+             "check_softcap_grad": lambda s, cap: 1 - torch.tanh(s) ** 2,
+             "check_document_mod": lambda ids, w: _window_solution(ids, len(ids))}
     for name, spec in GRADED.items():
         cases = hidden_cases(spec, seed)
         assert len(cases) >= 3

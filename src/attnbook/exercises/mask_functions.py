@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import torch
 
-from . import Feedback, FunctionExercise, HiddenCase, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 
 def allowed_matrix(mask_mod: Callable, T: int) -> torch.Tensor:
@@ -49,38 +49,57 @@ def allowed_matrix(mask_mod: Callable, T: int) -> torch.Tensor:
     return out.broadcast_to(T, T).clone()
 
 
-def _document_reference(doc: torch.Tensor) -> dict[str, torch.Tensor]:
+def _document_reference(doc: torch.Tensor, window: int | None = None
+                        ) -> dict[str, torch.Tensor]:
     T = doc.numel()
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     same = doc[:, None] == doc[None, :]  # (T, T)
     causal = i >= j
-    return {
-        "right": same & causal,
+    near = (i - j < window) if window is not None else torch.ones(T, T, dtype=torch.bool)
+    right = same & causal & near
+    ref = {
+        "right": right,
         "the same-document test alone: a token also sees the later tokens of its own "
-        "document. AND it with the causal test, q_idx >= kv_idx": same,
+        "document. AND it with the causal test, q_idx >= kv_idx": same & near,
         "the causal mask alone: a token sees the tokens of earlier documents too, the leak "
-        "packing must prevent. AND it with document_ids[q_idx] == document_ids[kv_idx]": causal,
+        "packing must prevent. AND it with document_ids[q_idx] == document_ids[kv_idx]":
+            causal & near,
         "the blocked set, not the allowed one: a mask_mod returns True where the query MAY "
-        "attend (the opposite of the book's causal buffer)": ~(same & causal),
+        "attend (the opposite of the book's causal buffer)": ~right,
         "a strict inequality, q_idx > kv_idx: each token must still see itself":
-            same & (i > j),
+            same & (i > j) & near,
         "keys of the same or an earlier document (<=): that lets a token see earlier "
-        "documents; compare the ids with ==": (doc[None, :] <= doc[:, None]) & causal,
+        "documents; compare the ids with ==": (doc[None, :] <= doc[:, None]) & causal & near,
         "the query's position compared with the key's document id: index document_ids "
-        "with both q_idx and kv_idx": (i == doc[None, :]) & causal,
+        "with both q_idx and kv_idx": (i == doc[None, :]) & causal & near,
     }
+    if window is not None:
+        ref.update({
+            "the document mask without the window: each token sees its whole document "
+            "before it. Also require q_idx - kv_idx < w": same & causal,
+            "a window one key too wide (q_idx - kv_idx <= w): a query sees w keys, itself "
+            "and the w - 1 before it": same & causal & (i - j <= window),
+            "a window one key too narrow (q_idx - kv_idx < w - 1): a query sees itself and "
+            "the w - 1 keys before it, w keys in all": same & causal & (i - j < window - 1),
+            "a window on both sides (|q_idx - kv_idx| < w) without the causal test: the "
+            "future is visible": same & ((i - j).abs() < window),
+        })
+    return ref
 
 
-def check_document_mod(answer, document_ids: torch.Tensor) -> Feedback:
+def check_document_mod(answer, document_ids: torch.Tensor, window: int | None = None
+                       ) -> Feedback:
     """Exercise: the document mask of a packed row, materialised: query i may attend to key j
-    when both are in the same document and j <= i.
+    when both are in the same document and j <= i (and, given ``window``, i - j < window:
+    sliding-window attention inside each document).
 
     Shape:
-        document_ids: (T,) non-decreasing ints -> answer: (T, T) bool, True = may attend
+        document_ids: (T,) ints -> answer: (T, T) bool, True = may attend
     """
-    ref = _document_reference(torch.as_tensor(document_ids).cpu())
+    ref = _document_reference(torch.as_tensor(document_ids).cpu(), window)
     right = ref.pop("right")
-    feedback = check_tensor(answer, right, ref, name="your document mask", atol=0, rtol=0)
+    name = "your document mask" if window is None else "your windowed document mask"
+    feedback = check_tensor(answer, right, ref, name=name, atol=0, rtol=0)
     if feedback.ok and torch.as_tensor(answer).dtype != torch.bool:
         return Feedback(False, "Not yet: the pattern is right, but a mask_mod must return bool "
                                "(FlexAttention refuses other dtypes); compare, don't multiply.")
@@ -208,10 +227,33 @@ def _softcap_cases(g: torch.Generator) -> list[HiddenCase]:
     return cases
 
 
+def _document_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    # One token; one document (the plain window); documents shorter than the window (the plain
+    # document mask); a window of 1 (only the diagonal); ids that are not sorted (a row packed
+    # in any order: the test is equality, so it still holds).
+    for T, w, kind in ((1, 2, "sorted"), (8, 3, "one"), (12, 6, "sorted"), (10, 1, "sorted"),
+                       (15, 4, "sorted"), (9, 3, "shuffled")):
+        doc = (torch.zeros(T, dtype=torch.long) if kind == "one" else _documents(g, T))
+        if kind == "shuffled":
+            doc = torch.tensor([2, 2, 0, 0, 0, 1, 2, 2, 1])
+        cases.append(HiddenCase((doc.clone(), w), (doc, w),
+                                f"document ids {doc.tolist()}, w = {w}"))
+    return cases
+
+
 GRADED = {
+    # The library's document and window mask_mods, combined, would be the answer.
+    "check_document_mod": FunctionExercise("document_window_allowed", check_document_mod,
+                                           _document_cases,
+                                           forbidden=("document_mod", "sliding_window_mod",
+                                                      "and_mods", "sink_mod", "materialize")),
     "check_tile_counts": FunctionExercise("tile_counts", check_tile_counts, _tile_cases,
                                           forbidden=("block_mask", "create_block_mask")),
     "check_softcap_grad": FunctionExercise("softcap_grad", check_softcap_grad, _softcap_cases,
                                            forbidden=("backward", "grad")),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
+
+
+practise(GRADED, globals())
