@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbook import Attention
 from attnbook.exercises import check_tensor
-from attnbook.exercises.glance import check_output_row
 
 
 def test_check_tensor_verdicts():
@@ -19,24 +17,6 @@ def test_check_tensor_verdicts():
     assert "NaN" in check_tensor(torch.tensor([float("nan"), 1.0]), expected).message
     assert "differs by up to 0.5" in check_tensor(torch.tensor([1.5, 2.0]), expected).message
     assert "should be a tensor" in check_tensor("abc", expected).message
-
-
-def test_glance_checker_names_each_mistake():
-    m = Attention(4, 6)
-    x = torch.randn(1, 6, 4)
-    y, w = m(x, return_weights=True)
-    v = m.value(x)
-    w, v, x = w[0].detach(), v[0].detach(), x[0]
-    assert check_output_row(y[0, 3].detach(), w, v, x, 3).ok
-    cases = {
-        "column i": w[:, 3] @ v,
-        "inputs x": w[3] @ x,
-        "alone": v[3],
-        "unweighted average": v.mean(0),
-    }
-    for phrase, answer in cases.items():
-        fb = check_output_row(answer, w, v, x, 3)
-        assert not fb.ok and phrase in fb.message, fb.message
 
 
 def test_check_number_is_exact_and_names_mistakes():
