@@ -26,3 +26,14 @@ def test_check_number_is_exact_and_names_mistakes():
     assert not check_number(4097, 4096).ok
     fb = check_number(2048, 4096, {"the keys only": 2048})
     assert not fb.ok and "the keys only" in fb.message
+
+
+def test_check_number_is_exact_for_counts_beyond_float32():
+    """Counts of bytes and FLOPs pass 2**24 quickly: the comparison is made in float64, and a
+    Python float answer is not rounded to float32 on the way."""
+    from attnbook.exercises import check_number
+
+    assert check_number(381381001, 381381001).ok
+    assert check_number(381381001.0, 381381001).ok
+    assert not check_number(381381000, 381381001).ok
+    assert check_number(2**40 + 1, 2**40 + 1).ok  # (rtol 1e-9: off by one passes up there)

@@ -137,20 +137,41 @@ def test_order_kernel_and_never_run_flags():
     assert "never-run" in codes(nb)
 
 
-def test_every_exercise_of_labs_04_06_07_is_a_function_with_hidden_inputs():
+@pytest.mark.parametrize("lab", ALL_LABS)
+def test_every_exercise_of_every_lab_is_a_function_with_hidden_inputs(lab):
+    """Issue 31 §1: every lab with exercises phrases them as functions graded on hidden inputs
+    (no ``answer = ...`` value left), and the same seed gives the same inputs."""
     from attnbook.exercises import hidden_cases
 
-    for lab in LABS:
-        for ex in classroom.find_exercises(_lab(lab)):
-            spec = judge.spec_of(ex)
-            assert spec is not None, (lab, ex.name)
-            cases = hidden_cases(spec, 1)
-            assert len(cases) >= 2
-            # The same seed gives the same inputs; another seed gives others.
-            again, other = hidden_cases(spec, 1), hidden_cases(spec, 2)
-            assert repr(again[0].call) == repr(cases[0].call)
-            if any(hasattr(a, "shape") for a in cases[0].call):
-                assert repr(other) != repr(cases)
+    exercises = classroom.find_exercises(_lab(lab))
+    values = [ex.name for ex in exercises if not ex.function]
+    assert not values, f"{lab}: exercises still taking a value: {values}"
+    for ex in exercises:
+        spec = judge.spec_of(ex)
+        assert spec is not None, (lab, ex.name, "no GRADED entry for", ex.check)
+        assert spec.function == ex.function, (lab, ex.name, spec.function, ex.function)
+        cases = hidden_cases(spec, 1)
+        assert len(cases) >= 2, (lab, ex.name)
+        # The same seed gives the same inputs; another seed gives others (where drawn).
+        again, other = hidden_cases(spec, 1), hidden_cases(spec, 2)
+        assert repr(again[0].call) == repr(cases[0].call)
+        if any(hasattr(a, "shape") and a.numel() > 1 and a.is_floating_point()
+               for c in cases for a in c.call):
+            assert repr(other) != repr(cases), (lab, ex.name, "the seed draws nothing")
+
+
+def test_several_tensors_come_back_as_they_were_returned():
+    """A function that returns a tuple of tensors (two outputs) is judged on that tuple, as the
+    notebook's own check judged it, not on a string of its repr."""
+    import torch
+
+    pair = (torch.ones(2, 3), torch.zeros(2))
+    item = {"kind": "sequence", "type": "tuple",
+            "items": [{"kind": "tensor", "value": t} for t in pair]}
+    back = judge._value(item)
+    assert isinstance(back, tuple) and all(map(torch.equal, back, pair))
+    assert judge._same(back, pair) and not judge._same(back, (pair[0], torch.ones(2)))
+    assert judge._value({**item, "type": "list"}) == list(back)
 
 
 def test_library_functions_are_known_by_the_file_of_their_code():
@@ -475,23 +496,64 @@ def test_the_kernel_is_sandboxed(tmp_path):
     assert (tmp_path / "k" / "home" / "note").exists()  # the write stayed in its own home
 
 
-def _solution_function(lab_nb, ex):
-    """The function the book's solution cell defines for ``ex``, compiled here."""
+def _lab_namespace(lab_nb) -> dict:
+    """What the lab imports (its ``import`` lines, run here), for compiling its solutions."""
+    import math
+
     import torch
 
-    from attnbook.softmax import stable_softmax
+    namespace = {"torch": torch, "math": math}
+    for cell in lab_nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines = ["" if ln.lstrip().startswith(("!", "%")) else ln
+                 for ln in cell.source.splitlines()]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            continue
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        exec(compile(ast.Module(imports, []), "<imports>", "exec"), namespace)  # noqa: S102
+    return namespace
 
-    namespace = {"torch": torch, "stable_softmax": stable_softmax}
+
+def _solution_function(lab_nb, ex):
+    """The function the book's solution cell defines for ``ex``, compiled here with the lab's
+    imports and the other functions its solution cell defines (its helpers)."""
+    namespace = _lab_namespace(lab_nb)
     source = lab_nb.cells[ex.solutions[0]].source
     tree = ast.parse(source)
-    [node] = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == ex.function]
-    exec(compile(ast.Module([node], []), "<solution>", "exec"), namespace)  # noqa: S102
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert ex.function in [n.name for n in defs], (ex.name, "no solution function")
+    exec(compile(ast.Module(defs, []), "<solution>", "exec"), namespace)  # noqa: S102
     return namespace[ex.function]
 
 
-def test_solutions_pass_every_hidden_input_and_typical_mistakes_fail_with_a_name():
-    """The hidden inputs and the checks agree with the book's solutions, for several seeds;
-    each typical mistake fails on a hidden input with its own diagnosis."""
+@pytest.mark.parametrize("lab", ALL_LABS)
+def test_the_books_solutions_pass_every_hidden_input(lab):
+    """The hidden inputs and the checks agree with the book's own solutions, for several seeds,
+    and the practice check in the notebook would say Correct for them too (the method limits
+    and the second input)."""
+    from attnbook.exercises import hidden_cases, practice_verdict
+
+    lab_nb = _lab(lab)
+    for ex in classroom.find_exercises(lab_nb):
+        spec = judge.spec_of(ex)
+        assert spec is not None and ex.function, (lab, ex.name, "not a function exercise")
+        right = _solution_function(lab_nb, ex)
+        for seed in (1, 2, 3):
+            for case in hidden_cases(spec, seed):
+                fb = spec.check(right(*case.call), *case.check_args)
+                assert fb.ok, (lab, ex.name, case.label, fb.message)
+        namespace = {**_lab_namespace(lab_nb), "__name__": "__main__", ex.function: right}
+        first = hidden_cases(spec, 7)[0]
+        fb = spec.check(right(*first.call), *first.check_args)
+        assert practice_verdict(spec, fb, namespace).ok, (lab, ex.name)
+
+
+def test_typical_mistakes_fail_with_a_name():
+    """Each typical mistake of the adversarial folder fails on a hidden input with its own
+    diagnosis."""
     import torch
     from make_submissions import MISTAKES
 
@@ -502,12 +564,7 @@ def test_solutions_pass_every_hidden_input_and_typical_mistakes_fail_with_a_name
         lab_nb = _lab(lab)
         for ex in classroom.find_exercises(lab_nb):
             spec = judge.spec_of(ex)
-            assert spec is not None and ex.function, (lab, ex.name, "not a function exercise")
             right = _solution_function(lab_nb, ex)
-            for seed in (1, 2, 3):
-                for case in hidden_cases(spec, seed):
-                    fb = spec.check(right(*case.call), *case.check_args)
-                    assert fb.ok, (lab, ex.name, case.label, fb.message)
             if ex.function in MISTAKES:
                 namespace = {"torch": torch, "stable_softmax": stable_softmax}
                 args = ", ".join(inspect.signature(right).parameters)
@@ -548,13 +605,16 @@ def test_partial_credit_is_the_share_of_hidden_inputs_when_asked():
 
 @needs_kernel
 def test_an_exercise_that_is_not_a_function_is_checked_on_the_handed_out_inputs(tmp_path):
-    """Lab 03's exercises take values: a student who overwrites q gets 0 and a flag, while the
-    untouched inputs of the next exercise are accepted (a reference run gives the inputs)."""
+    """Lab 03's exercises took values in this term's editions (release 2026-autumn-b, before
+    they became functions): such a hand-in is graded with that release's checks; a student who
+    overwrites q gets 0 and a flag, while the untouched inputs of the next exercise are accepted
+    (a reference run of the release's edition gives the inputs)."""
     import grade
 
-    lab = _lab("03_scaling")
-    exercises = classroom.find_exercises(lab)
-    nb = classroom.student_edition(lab, exercises, "03_scaling")
+    [old] = [e for e in editions.releases() if e.lab == "03_scaling"
+             and e.release == "2026-autumn-b"]
+    nb = old.student
+    assert not any(ex.function for ex in old.exercises)  # the value form
     for cell in nb.cells:
         if "check_scaled_scores(answer, q, k)" in cell.source:
             cell.source = cell.source.replace(
@@ -574,7 +634,11 @@ def test_an_exercise_that_is_not_a_function_is_checked_on_the_handed_out_inputs(
     assert "The given input q differs" in rows["scaled_scores"]["feedback"]
     assert rows["dot_variance"]["points"] == "1", rows["dot_variance"]["feedback"]
     assert "inputs-changed" not in rows["dot_variance"]["flags"]
+    assert "old-edition" not in rows["dot_variance"]["flags"]
     assert json.loads((folder / "run.json").read_text())["reference_runs"] == 1
+    with open(folder / "gradebook.csv", encoding="utf-8") as f:
+        [row] = list(csv.DictReader(f))
+    assert "2026-autumn-b" in json.dumps(row), row  # the gradebook records the edition graded
 
 
 @needs_kernel

@@ -35,7 +35,13 @@ def _attnbook_capture(params):
         try:
             return {"kind": "tensor", "value": torch.as_tensor(value).detach().cpu().clone()}
         except Exception:
-            return {"kind": "other", "repr": f"{type(value).__name__}: {repr(value)[:200]}"}
+            pass
+        if isinstance(value, (tuple, list)) and len(value) <= 64:
+            # Several tensors (a pair of outputs): kept as they are, so the grader's check gets
+            # what the notebook's check got, and says the same of it.
+            return {"kind": "sequence", "type": type(value).__name__,
+                    "items": [safe(item) for item in value]}
+        return {"kind": "other", "repr": f"{type(value).__name__}: {repr(value)[:200]}"}
 
     def names_used(function, depth=0, seen=None):
         """Every global and attribute name the function's code refers to, helpers included."""

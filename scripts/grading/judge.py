@@ -166,12 +166,17 @@ def _value(item):
         return item["value"]
     if kind == "ellipsis":
         return Ellipsis
+    if kind == "sequence":
+        items = [_value(i) for i in item["items"]]
+        return tuple(items) if item.get("type") == "tuple" else items
     return item.get("repr", kind)
 
 
 def _same(a, b) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     return type(a) is type(b) and a == b
 
 

@@ -51,7 +51,10 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
     if answer is None or answer is Ellipsis:
         return Feedback(False, f"Not yet: {name} is still empty. Replace the ... with your code.")
     try:
-        answer = torch.as_tensor(answer).detach().cpu()
+        given = answer
+        answer = torch.as_tensor(given).detach().cpu()
+        if not isinstance(given, torch.Tensor) and answer.is_floating_point():
+            answer = torch.as_tensor(given, dtype=torch.float64)  # Python floats are float64
     except (TypeError, ValueError, RuntimeError) as err:
         kind = type(answer).__name__
         return Feedback(False, f"Not yet: {name} should be a tensor, got {kind} ({err})")
@@ -102,7 +105,8 @@ def check_number(answer, right: float, mistakes: Mapping[str, float] | None = No
         name: what the answer is, for the messages.
         rtol: relative tolerance (exact counts by default).
     """
-    as_tensor = lambda v: torch.tensor(float(v))  # noqa: E731
+    # float64: a count above 2**24 (bytes, FLOPs) is exact there, not in float32.
+    as_tensor = lambda v: torch.tensor(float(v), dtype=torch.float64)  # noqa: E731
     return check_tensor(answer, as_tensor(right),
                         {k: as_tensor(v) for k, v in (mistakes or {}).items()},
                         name=name, atol=0.0, rtol=rtol)
