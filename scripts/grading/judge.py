@@ -73,8 +73,8 @@ def pristine_functions() -> dict[str, str]:
 
     found = {}
     for info in pkgutil.walk_packages(attnbook.__path__, "attnbook."):
-        if info.name.startswith(("attnbook.gpu", "attnbook.exercises.gpu")):
-            continue  # the GPU modules need Triton; the labs graded here do not import them
+        if info.name in ("attnbook.gpu.kernels", "attnbook.gpu.compile_check"):
+            continue  # the kernels need Triton, which the grader's process need not import
         try:
             module = importlib.import_module(info.name)
         except ImportError:
