@@ -1,8 +1,11 @@
 """The classroom edition: student and instructor editions and Otter-Grader autograders.
 
-The editions are built for labs 3, 4 and 5; no student edition gives an exercise's answer away
-(in its outputs or its text). The registry of diagnoses and the course guide's generated tables
-are checked too. Grading for marks is tested in tests/test_grading.py.
+The editions are built for labs 3, 4 and 5, whose exercises are functions graded on hidden
+inputs; no student edition gives an exercise's answer away (in its outputs or its text). No
+current lab asks for a value (``answer = ...`` checked as it is), but older editions do (the
+releases in scripts/grading/releases), so that form is tested on a small lab written here. The
+registry of diagnoses and the course guide's generated tables are checked too. Grading for marks
+is tested in tests/test_grading.py.
 """
 
 from __future__ import annotations
@@ -27,6 +30,75 @@ LABS = ["03_scaling", "04_causal_mask", "05_padding"]
 ALL = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 needs_otter = pytest.mark.skipif(importlib.util.find_spec("otter") is None,
                                  reason="otter-grader is not installed")
+
+
+def _value_lab():
+    """A small lab in the value form, as lab 03 was before its exercises became functions
+    (release 2026-autumn-b): each exercise cell sets ``answer = ...`` and checks it on the
+    lab's own inputs; a solution cell follows, after the note that hides it."""
+    cell, md = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
+    solution = classroom.SOLUTION_TITLE + " (double-click to show the code)\n"
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
+                                 "language": "python"}
+    nb.cells = [
+        md("# Lab 3 — Scaling by √d (an older edition)"),
+        cell("import math\n\nimport torch\n\ngen = torch.Generator().manual_seed(0)"),
+        md("## Exercise 1: scaled scores per head"),
+        cell("from attnbook.exercises.scaling import check_scaled_scores\n\n"
+             "q = torch.randn(4, 5, 8, generator=gen, dtype=torch.float64)  # (h, T, d_h)\n"
+             "k = torch.randn(4, 5, 8, generator=gen, dtype=torch.float64)  # (h, T, d_h)\n"
+             "answer = ...  # your code: the scaled scores, (h, T, T)\n\n"
+             "check_scaled_scores(answer, q, k)"),
+        md(classroom.HIDDEN_NOTE),
+        cell(solution + "answer = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
+             "print(check_scaled_scores(answer, q, k))"),
+        md("## Exercise 2: the variance of the scores"),
+        cell("from attnbook.exercises.scaling import check_dot_variance\n\n"
+             "qs = torch.randn(300, 16, generator=gen, dtype=torch.float64)  # (n, d)\n"
+             "ks = torch.randn(200, 16, generator=gen, dtype=torch.float64)  # (m, d)\n"
+             "answer = ...  # your code: a scalar tensor\n\n"
+             "check_dot_variance(answer, qs, ks)"),
+        md(classroom.HIDDEN_NOTE),
+        cell(solution + "answer = (qs @ ks.T).var()\nprint(check_dot_variance(answer, qs, ks))"),
+        md("## What you saw\n\n- The divisor is the head width.\n\nNext, step 4."),
+    ]
+    return nb
+
+
+def test_the_value_form_of_an_older_edition_is_found_and_edited():
+    """An exercise that sets ``answer = ...`` is found with its variable and no function; the
+    student edition keeps the placeholder and drops the solution, and grades the exercise cell;
+    the instructor edition grades the solution cell; Colab's dropped metadata is repaired."""
+    lab = _value_lab()
+    exercises = classroom.find_exercises(lab)
+    assert [(e.name, e.variable, e.function, e.solutions) for e in exercises] == [
+        ("scaled_scores", "answer", None, [5]), ("dot_variance", "answer", None, [9])]
+    assert exercises[0].call == "check_scaled_scores(answer, q, k)"
+    student = classroom.student_edition(lab, exercises, "value_lab")
+    assert not any(classroom.is_solution(c) for c in student.cells)
+    graded = [c for c in student.cells if "otter" in c.metadata]
+    assert [c.metadata["otter"]["tests"] for c in graded] == [["scaled_scores"], ["dot_variance"]]
+    assert all(classroom.PLACEHOLDER.search(c.source) for c in graded)
+    assert "**Method limits.**" not in student.cells[1].source  # no function, nothing to limit
+    for c in student.cells:
+        c.metadata.pop("otter", None)
+    assert classroom.retag(student, exercises) == 2
+    assert len([c for c in student.cells if "otter" in c.metadata]) == 2
+    teacher = classroom.instructor_edition(lab, exercises, "value_lab")
+    graded = [c for c in teacher.cells if "otter" in c.metadata]
+    assert len(graded) == 2 and all(classroom.is_solution(c) for c in graded)
+    notes = teacher.cells[1].source
+    assert "- `scaled_scores` (1 point): `check_scaled_scores(answer, q, k)`" in notes
+
+
+def test_current_labs_ask_for_functions_only():
+    """Every current lab's exercise is a function (issue 31 §1): the value form lives on in
+    older editions only."""
+    for path in ALL:
+        nb = nbformat.read(path, as_version=4)
+        values = [e.name for e in classroom.find_exercises(nb) if not e.function]
+        assert not values, f"{path.stem}: exercises in the value form: {values}"
 
 
 def _edit(nb, check: str, old: str, new: str):
@@ -68,8 +140,8 @@ def test_editions(built):
         assert any(classroom.SUMMARY_PROMPT in s for s in sources)
         graded = [c for c in student.cells if "otter" in c.metadata]
         assert len(graded) == len(exercises[lab])
-        assert all(classroom.PLACEHOLDER.search(c.source) or "return ..." in c.source
-                   for c in graded)
+        assert all(ex.function for ex in exercises[lab])  # the value form: _value_lab
+        assert all("return ..." in c.source for c in graded)
         assert "Restart and run all" in student.cells[1].source
         # The edition: its lab, its exercises' content id and the library it was made with,
         # and a setup cell that installs that library (a commit or tag), not the branch.
@@ -322,22 +394,32 @@ def _fails(test, env) -> str:
 
 
 def test_otter_tests_judge_values_and_functions_and_refuse_a_replaced_checker(tmp_path):
-    """The zip's test files, called as Otter calls them (test_func(env)), without a kernel."""
+    """The zip's test files, called as Otter calls them (test_func(env)), without a kernel: the
+    value form on the older edition written above, the function form on lab 06."""
     import math
 
     import torch
 
     from attnbook.exercises import scaling, softmax
 
-    for lab in ("03_scaling", "06_softmax"):
-        nb = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
-        classroom.write_tests(lab, classroom.find_exercises(nb), tmp_path / lab, seed=3)
-    values = _load_tests(tmp_path / "03_scaling")["scaled_scores"]
+    values_lab = _value_lab()
+    classroom.write_tests("value_lab", classroom.find_exercises(values_lab),
+                          tmp_path / "value_lab", seed=3)
+    nb = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
+    classroom.write_tests("06_softmax", classroom.find_exercises(nb), tmp_path / "06_softmax",
+                          seed=3)
+    values = _load_tests(tmp_path / "value_lab")["scaled_scores"]
     q, k = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64)
     right = q @ k.transpose(-2, -1) / math.sqrt(8)
     assert _fails(values, {"answer": right, "q": q, "k": k}) == ""
     assert "divided by d = 8" in _fails(values, {"answer": right * math.sqrt(8) / 8, "q": q,
                                                  "k": k})
+    assert "not defined" in _fails(values, {"q": q, "k": k})
+    variance = _load_tests(tmp_path / "value_lab")["dot_variance"]
+    qs, ks = torch.randn(30, 16, dtype=torch.float64), torch.randn(20, 16, dtype=torch.float64)
+    assert _fails(variance, {"answer": (qs @ ks.T).var(), "qs": qs, "ks": ks}) == ""
+    assert "standard deviation" in _fails(variance, {"answer": (qs @ ks.T).std(), "qs": qs,
+                                                     "ks": ks})
     function = _load_tests(tmp_path / "06_softmax")["softmax"]
 
     def softmax_columns(S):
