@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from . import Feedback, FunctionExercise, HiddenCase, check_tensor
+from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 
 def _rotate(pair: torch.Tensor, angle: float) -> torch.Tensor:
@@ -39,46 +39,62 @@ def check_rotate_pair(answer, pair: torch.Tensor, m: int, theta: float) -> Feedb
     return check_tensor(answer, _rotate(x, angle), mistakes, name="the rotated pair")
 
 
-def _relative_scores(q: torch.Tensor, k: torch.Tensor, T: int, base: float,
-                     layout: str = "half", rotate_q: bool = True,
-                     rotate_k: bool = True) -> torch.Tensor:
-    """S[m, n] = <R_m q, R_n k> for m, n < T: (d_h,), (d_h,) -> (T, T)."""
+def _relative_scores(q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor, k_pos: torch.Tensor,
+                     base: float = 10000.0, layout: str = "half", rotate_q: bool = True,
+                     rotate_k: bool = True, sign: int = 1) -> torch.Tensor:
+    """S[i, j] = <R_{q_pos[i]} q, R_{k_pos[j]} k>: (d_h,), (d_h,), (T_q,), (T_k,) -> (T_q, T_k)."""
     from ..positions import apply_rope
 
-    pos = torch.arange(T)
-    Q = q.expand(T, -1)  # (T, d_h): the same query at every position
-    K = k.expand(T, -1)  # (T, d_h)
+    Q = q.expand(len(q_pos), -1)  # (T_q, d_h): the same query at every position
+    K = k.expand(len(k_pos), -1)  # (T_k, d_h)
     if rotate_q:
-        Q = apply_rope(Q, pos, base=base, layout=layout)
+        Q = apply_rope(Q, sign * q_pos, base=base, layout=layout)
     if rotate_k:
-        K = apply_rope(K, pos, base=base, layout=layout)
-    return Q @ K.T  # (T, T)
+        K = apply_rope(K, sign * k_pos, base=base, layout=layout)
+    return Q @ K.T  # (T_q, T_k)
 
 
-def check_relative_scores(answer, q: torch.Tensor, k: torch.Tensor, T: int,
-                          base: float = 10000.0) -> Feedback:
-    """Exercise: S[m, n] = <R_m q, R_n k>, the score of the query q placed at position m against
-    the key k placed at position n, with the half layout (``apply_rope``'s default).
+def check_relative_scores(answer, q: torch.Tensor, k: torch.Tensor, q_pos: torch.Tensor,
+                          k_pos: torch.Tensor, base: float = 10000.0) -> Feedback:
+    """Exercise: S[i, j] = <R_{q_pos[i]} q, R_{k_pos[j]} k>, the score of the query q placed at
+    position q_pos[i] against the key k placed at position k_pos[j] (new queries after cached
+    keys, say), with the half layout (``apply_rope``'s default).
 
     Shape:
-        q, k: (d_h,); answer: (T, T)
+        q, k: (d_h,); q_pos: (T_q,), k_pos: (T_k,) integers; answer: (T_q, T_k)
     """
     q = torch.as_tensor(q).detach().double().cpu()
     k = torch.as_tensor(k).detach().double().cpu()
-    right = _relative_scores(q, k, T, base)
+    q_pos = torch.as_tensor(q_pos).detach().long().cpu()
+    k_pos = torch.as_tensor(k_pos).detach().long().cpu()
+
+    def scores(qp=q_pos, kp=k_pos, **kwargs):
+        return _relative_scores(q, k, qp, kp, base, **kwargs)
+
+    right = scores()
     mistakes = {
-        "no rotation at all: q·k in every entry": _relative_scores(q, k, T, base, rotate_q=False,
-                                                                   rotate_k=False),
-        "only the query rotated: rotate k by its own position n too":
-            _relative_scores(q, k, T, base, rotate_k=False),
-        "only the key rotated: rotate q by its own position m too":
-            _relative_scores(q, k, T, base, rotate_q=False),
-        "the transpose: rows are the query's position m, columns the key's n": right.T,
+        "no rotation at all: q·k in every entry": scores(rotate_q=False, rotate_k=False),
+        "only the query rotated: rotate k by its own position k_pos[j] too":
+            scores(rotate_k=False),
+        "only the key rotated: rotate q by its own position q_pos[i] too":
+            scores(rotate_q=False),
+        "the transpose: rows are the query's positions, columns the key's": right.T,
+        "the query rotated to its row number i (0, 1, ...), not to its position q_pos[i]: a "
+        "new token after a cache sits further on":
+            scores(qp=torch.arange(len(q_pos))),
+        "the key rotated to its column number j, not to its position k_pos[j]":
+            scores(kp=torch.arange(len(k_pos))),
+        "both rotated to their row and column numbers, not to their positions":
+            scores(qp=torch.arange(len(q_pos)), kp=torch.arange(len(k_pos))),
         "the interleaved layout: this exercise uses apply_rope's default, layout='half'":
-            _relative_scores(q, k, T, base, layout="interleaved"),
+            scores(layout="interleaved"),
+        "rotations the wrong way (by -position): apply_rope turns by +position · θ":
+            scores(sign=-1),
         "the scores divided by sqrt(d_h): here S is the plain dot product":
             right / math.sqrt(q.numel()),
     }
+    mistakes = {key: value for key, value in mistakes.items()
+                if value.shape != right.shape or not torch.allclose(value, right, atol=1e-6)}
     return check_tensor(answer, right, mistakes, name="the score matrix", atol=1e-6)
 
 
@@ -125,21 +141,61 @@ def check_to_half(answer, weight: torch.Tensor, n_heads: int) -> Feedback:
                         name="the converted weight", atol=1e-6)
 
 
+def _paper_slopes(h: int, power_of_two=None) -> torch.Tensor:
+    """ALiBi's rule for any h (float64): the slopes of the largest power of two n <= h, then
+    every other slope of 2n; ``power_of_two(n)`` gives a power of two's slopes (default
+    2^(-8 i / n), i = 1 .. n)."""
+    if power_of_two is None:
+        power_of_two = lambda p: 2.0 ** (-8 * torch.arange(1, p + 1, dtype=torch.float64) / p)  # noqa: E731
+    n = 2 ** int(math.log2(h))
+    if h == n:
+        return power_of_two(n)
+    return torch.cat([power_of_two(n), power_of_two(2 * n)[0::2][: h - n]])
+
+
 def check_alibi_slopes(answer, h: int) -> Feedback:
-    """Exercise: ALiBi's slopes for ``h`` heads, a power of two: m_i = 2^(-8 i / h), i = 1 .. h.
+    """Exercise: ALiBi's slopes for ``h`` heads, any h >= 1: for h a power of two,
+    m_i = 2^(-8 i / h), i = 1 .. h; otherwise the slopes of the largest power of two n <= h,
+    then the odd-numbered slopes (i = 1, 3, ...) of 2n until there are h.
 
     Shape:
         answer: (h,)
     """
+    right = _paper_slopes(h)
+    n = 2 ** int(math.log2(h))
     i = torch.arange(1, h + 1, dtype=torch.float64)
-    right = 2.0 ** (-8 * i / h)
+
+    def rule(formula):  # the paper's rule around a wrong power-of-two formula
+        return _paper_slopes(h, lambda p: formula(torch.arange(1, p + 1, dtype=torch.float64), p))
+
+    of_2n = _paper_slopes(2 * n)
     mistakes = {
+        "2^(-8 i / h) with h not a power of two: those are not ALiBi's slopes. Take the slopes "
+        "of the largest power of two n <= h, then every other slope of 2n":
+            2.0 ** (-8 * i / h),
         "i counted from 0: the first head's slope would be 1, and the last head misses "
-        "2^(-8)": 2.0 ** (-8 * (i - 1) / h),
-        "2^(-i/h) without the 8: the slopes span only a factor 2": 2.0 ** (-i / h),
-        "the slopes in reverse order: head 1 has the steepest, 2^(-8/h)": right.flip(0),
-        "2^(-8/i): the exponent is -8 i / h, linear in i": 2.0 ** (-8 / i),
+        "2^(-8)": rule(lambda j, p: 2.0 ** (-8 * (j - 1) / p)),
+        "2^(-i/h) without the 8: the slopes span only a factor 2":
+            rule(lambda j, p: 2.0 ** (-j / p)),
+        "the slopes in reverse order: head 1 has the steepest slope, 2^(-8/n)": right.flip(0),
+        "2^(-8/i): the exponent is -8 i / h, linear in i": rule(lambda j, p: 2.0 ** (-8 / j)),
+        "the first h - n slopes of 2n added, not its odd-numbered ones (i = 1, 3, 5, ...)":
+            torch.cat([right[:n], of_2n[: h - n]]),
+        "the even-numbered slopes of 2n added (i = 2, 4, ...): those are n's own slopes again; "
+        "take i = 1, 3, 5, ...":
+            torch.cat([right[:n], of_2n[1::2][: h - n]]),
+        "the added slopes of 2n put first: the n slopes of the power of two come first, then "
+        "the added ones":
+            torch.cat([right[n:], right[:n]]),
+        "the slopes of the next power of two 2n, cut to h heads: keep the n slopes of the "
+        "power of two below, then add every other slope of 2n":
+            of_2n[:h],
+        "the slopes sorted, steepest first: the paper keeps n's slopes first, then the added "
+        "ones":
+            right.sort(descending=True).values,
     }
+    mistakes = {key: value for key, value in mistakes.items()
+                if value.shape != right.shape or not torch.allclose(value, right, atol=1e-12)}
     return check_tensor(answer, right, mistakes, name="the slope tensor", atol=1e-9)
 
 
@@ -165,11 +221,40 @@ def _to_half_cases(g: torch.Generator) -> list[HiddenCase]:
     return cases
 
 
+def _relative_cases(g: torch.Generator) -> list[HiddenCase]:
+    cases = []
+    ar = torch.arange
+    # (d_h, query positions, key positions): square as in the worked cell; a cache step; one
+    # query; positions far from 0; two heads' widths the lab does not use.
+    for d_h, q_pos, k_pos in ((8, ar(5), ar(5)), (16, ar(9, 12), ar(12)), (2, ar(20, 21), ar(21)),
+                              (64, ar(1000, 1003), ar(990, 1003)), (4, ar(3, 7), ar(2, 9))):
+        q, k = torch.randn(2, d_h, generator=g, dtype=torch.float64)
+        cases.append(HiddenCase((q.clone(), k.clone(), q_pos.clone(), k_pos.clone()),
+                                (q, k, q_pos, k_pos),
+                                f"d_h = {d_h}, queries at {q_pos[0].item()} .. "
+                                f"{q_pos[-1].item()}, keys at {k_pos[0].item()} .. "
+                                f"{k_pos[-1].item()}"))
+    return cases
+
+
+def _slope_cases(g: torch.Generator) -> list[HiddenCase]:
+    return [HiddenCase((h,), (h,), f"h = {h}") for h in (1, 2, 3, 5, 8, 12, 16, 24)]
+
+
 GRADED = {
     "check_rotate_pair": FunctionExercise("rotate_pair", check_rotate_pair, _rotate_cases,
                                           forbidden=("apply_rope", "rotate_half",
                                                      "rope_frequencies")),
+    "check_relative_scores": FunctionExercise("rope_scores", check_relative_scores,
+                                              _relative_cases,
+                                              forbidden=("score_by_distance", "draw_rope_view")),
     "check_to_half": FunctionExercise("interleaved_to_half", check_to_half, _to_half_cases,
                                       forbidden=("layout_permutation",)),
+    "check_alibi_slopes": FunctionExercise("head_slopes", check_alibi_slopes, _slope_cases,
+                                           forbidden=("alibi_slopes", "alibi_bias",
+                                                      "alibi_score_mod", "_slopes")),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
+
+
+practise(GRADED, globals())
