@@ -463,10 +463,13 @@ def test_out_of_order_work_is_explained(graded):
 @needs_kernel
 def test_the_kernel_is_sandboxed(tmp_path):
     """Scrubbed environment, its own home and folder, no network where Linux allows it."""
+    import socket
+
     from grading import sandbox
     from grading.sandbox import Kernel, Limits, can_unshare_network
 
     os.environ["ATTNBOOK_SECRET_FOR_TEST"] = "do-not-leak"
+    host = socket.create_server(("127.0.0.1", 0))  # a service of the grader's machine
     try:
         with Kernel(tmp_path / "k", Limits(memory_gib=2.0)) as kernel:
             # Results go through a file: ipykernel 7 may deliver printed output after it says
@@ -487,6 +490,20 @@ def test_the_kernel_is_sandboxed(tmp_path):
             assert seen["home"] == str(tmp_path / "k" / "home")
             if can_unshare_network():
                 assert seen["errno"] == 101  # ENETUNREACH: no network interface at all
+                # Its own loopback works (lab 15's gloo processes), the machine's does not.
+                port = host.getsockname()[1]
+                reply = kernel.run(
+                    "import json, pathlib, socket\n"
+                    "own = socket.create_server(('127.0.0.1', 0))\n"
+                    "socket.create_connection(own.getsockname(), timeout=2).close()\n"
+                    "try:\n"
+                    f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n"
+                    "    host = 'reached'\n"
+                    "except OSError as e:\n    host = e.errno\n"
+                    "pathlib.Path('lo.json').write_text(json.dumps(host))", timeout=60)
+                assert reply.status == "ok", reply
+                lo = json.loads((tmp_path / "k" / "work" / "lo.json").read_text())
+                assert lo == 111, lo  # ECONNREFUSED: nothing listens on the kernel's own lo
             big = kernel.run("x = bytearray(3 * 2**30)", timeout=120)
             assert big.status == "error" and "MemoryError" in big.error
             flood = kernel.run("for i in range(10**5):\n    print(i)", timeout=180)
@@ -497,6 +514,7 @@ def test_the_kernel_is_sandboxed(tmp_path):
             assert after.status == "ok", after  # a late interrupt must not reach this cell
             assert (tmp_path / "k" / "work" / "after").exists()
     finally:
+        host.close()
         del os.environ["ATTNBOOK_SECRET_FOR_TEST"]
     assert (tmp_path / "k" / "home" / "note").exists()  # the write stayed in its own home
 

@@ -5,7 +5,10 @@ tokens or paths leak in), a temporary home and working folder that are deleted a
 limit on its address space (a runaway allocation raises MemoryError instead of taking the
 machine) and on the size of any file it writes, and, where Linux lets an unprivileged user
 create namespaces (``unshare -rn``), no network at all: the kernel talks to the grader over
-Unix sockets, so it needs none.
+Unix sockets, so it needs none. Inside that empty namespace the kernel brings up its own
+loopback device, which reaches nothing outside it: lab 15 runs ring attention between processes
+on 127.0.0.1 (gloo), and without it that cell waited for its time limit (about 2 minutes a
+hand-in) and failed.
 
 What it does not do: the kernel still runs as the instructor's user and can read (and write)
 whatever that user can, outside the temporary folders too. scripts/grade.py therefore loads the
@@ -108,7 +111,10 @@ class Kernel:
                                 connection_file=str(self.folder / "kernel.json"))
         self.km._kernel_spec = KernelSpec(argv=argv, display_name="Python 3 (graded)",
                                           language="python")
-        self.km.start_kernel(env=scrubbed_env(self.home, self.limits), cwd=str(self.work))
+        env = scrubbed_env(self.home, self.limits)
+        if self.no_network:
+            env["ATTNBOOK_GRADER_LOOPBACK"] = "1"  # its own namespace's 127.0.0.1, nothing more
+        self.km.start_kernel(env=env, cwd=str(self.work))
         self.kc = self.km.client()
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=120)
