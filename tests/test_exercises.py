@@ -37,3 +37,21 @@ def test_check_number_is_exact_for_counts_beyond_float32():
     assert check_number(381381001.0, 381381001).ok
     assert not check_number(381381000, 381381001).ok
     assert check_number(2**40 + 1, 2**40 + 1).ok  # (rtol 1e-9: off by one passes up there)
+
+
+def test_the_practice_second_input_goes_where_the_labs_input_is():
+    """On a Colab GPU the lab's input is on CUDA: the practice check moves its second input
+    to the device of the lab's input to the check (tensors in tuples and lists included), so
+    a function that builds its own tensors on the lab's device is judged on its values, as
+    the CPU grader judges it. (Not run on a GPU here: meta stands in for the other device.)"""
+    import torch
+
+    from attnbook.exercises import _on, lab_device
+
+    x = torch.ones(2)
+    assert lab_device(3, "a", x, torch.zeros(1, device="meta")) == torch.device("cpu")
+    assert lab_device(3, [None, (torch.zeros(1, device="meta"),)]).type == "meta"
+    assert lab_device(3, None, [1, 2]) is None
+    moved = _on((x, [x, 4], "s"), torch.device("meta"))
+    assert moved[0].device.type == "meta" and moved[1][0].device.type == "meta"
+    assert isinstance(moved[1], list) and moved[1][1] == 4 and moved[2] == "s"

@@ -262,7 +262,30 @@ def names_used(function, namespace: Mapping, depth: int = 0, seen: set | None = 
     return found
 
 
-def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapping) -> Feedback:
+def _on(value, device):
+    """``value`` with every tensor in it moved to ``device`` (tuples and lists followed)."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_on(v, device) for v in value)
+    return value
+
+
+def lab_device(*values) -> torch.device | None:
+    """Where the lab's input lives: the device of the first tensor among ``values`` (tuples and
+    lists followed), or None."""
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            return value.device
+        if isinstance(value, (tuple, list)):
+            found = lab_device(*value)
+            if found is not None:
+                return found
+    return None
+
+
+def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapping,
+                     device: torch.device | None = None) -> Feedback:
     """The check's verdict in the notebook, held to the grade's rules.
 
     A right answer is "Correct" only if the learner's function (``spec.function`` in
@@ -274,6 +297,9 @@ def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapp
         spec: the exercise.
         feedback: the check's verdict on the lab's own input.
         namespace: the globals of the cell that called the check.
+        device: where the lab's input to the check lives (CUDA on a Colab GPU); the second
+            input goes there too, so a function that builds its own tensors on the lab's
+            ``device`` is judged on its values, as the grader (on a CPU) judges it.
 
     Returns:
         ``feedback``, or a verdict that is not ok and says why.
@@ -287,8 +313,9 @@ def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapp
                                "which the exercise rules out: graded, it scores 0. Write it "
                                "from the operations the exercise names.")
     for case in hidden_cases(spec, PRACTICE_SEED):
+        call = case.call if device is None or device.type == "cpu" else _on(case.call, device)
         try:
-            result = fn(*case.call)
+            result = fn(*call)
         except Exception as err:  # noqa: BLE001 (the learner's code may raise anything)
             second = Feedback(False, f"it raised {type(err).__name__}: {err}.")
         else:
@@ -313,6 +340,7 @@ def practise(graded: Mapping[str, FunctionExercise], namespace: dict) -> None:
         def check(answer, *args, _spec=spec, _plain=plain, **kwargs):
             feedback = _plain(answer, *args, **kwargs)
             caller = sys._getframe(1).f_globals  # the notebook cell's namespace
-            return practice_verdict(_spec, feedback, caller)
+            device = lab_device(*args, *kwargs.values())  # the lab's input, not the answer
+            return practice_verdict(_spec, feedback, caller, device)
 
         namespace[name] = functools.wraps(plain)(check)
