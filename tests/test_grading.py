@@ -215,6 +215,11 @@ def graded(tmp_path_factory):
     if make_submissions.old_lab("06_softmax") is not None:
         editions.freeze_ref(releases, "2026-autumn", make_submissions.OLD_EDITION,
                             ["06_softmax"])
+    # This term's editions, as the repository ships them (ruth's lab 04).
+    import shutil
+
+    shutil.copytree(editions.RELEASES / make_submissions.TERM_RELEASE,
+                    releases / make_submissions.TERM_RELEASE)
     # ATTNBOOK_GRADES_DIR keeps the run folder to read (e.g. for a pull request's note).
     out = Path(os.environ.get("ATTNBOOK_GRADES_DIR") or tmp_path_factory.mktemp("grades"))
     from grading import sandbox
@@ -247,7 +252,7 @@ def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     old = ["mia", "nora", "pablo"] if HISTORY else []
     assert sorted(book) == sorted(["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli",
                                    "gus", "hana", "ivan", "kai", "lena", *old, "olga", "pia",
-                                   "quinn", "rosa", "sam", "tom"])
+                                   "quinn", "rosa", "ruth", "sam", "tom"])
     header = list(next(iter(book.values())))
     assert header[:2] == ["student", "student_id"] and header[2:5] == LABS
     assert {"total", "possible", "review", "flags", "files", "editions"} <= set(header)
@@ -257,8 +262,9 @@ def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     assert len(rows) == len(book) * 9  # long form: every student x every exercise
     assert len(list((folder / "feedback").glob("*.md"))) == len(book)
     run = json.loads((folder / "run.json").read_text())
-    assert run["notebooks"] == 19 + len(old) and run["seed"] == 20261201
-    assert run["releases"] == (["2026-autumn"] if HISTORY else [])
+    assert run["notebooks"] == 20 + len(old) and run["seed"] == 20261201
+    assert run["releases"] == (["2026-autumn", "2026-autumn-b"] if HISTORY
+                               else ["2026-autumn-b"])
     assert all(r["edition"] for r in rows if r["file"])  # every graded exercise names it
 
 
@@ -365,6 +371,20 @@ def test_an_older_edition_is_graded_with_its_releases_checks(graded):
         "editions"]
     report = (graded[0] / "feedback" / "mia.md").read_text(encoding="utf-8")
     assert "Graded with edition" in report and "release 2026-autumn" in report
+
+
+@needs_kernel
+def test_this_terms_edition_is_graded_with_the_release_the_repository_ships(graded):
+    """Ruth's lab 04 is the edition make classroom stamped this term, before the practice
+    wrapper changed every edition id: release 2026-autumn-b grades it, with its own checks."""
+    _, book, rows = graded
+    ruth = _ex(rows, "ruth", "04_causal_mask")
+    assert book["ruth"]["04_causal_mask"] == "3", ruth
+    lab04 = [f for f in _flags(book, "ruth") if f.startswith("04_causal_mask:")]
+    assert sorted(lab04) == ["04_causal_mask:edition", "04_causal_mask:never-run"], lab04
+    assert "(release 2026-autumn-b)" in book["ruth"]["editions"]
+    assert all("release 2026-autumn-b" in r["edition"] for r in rows
+               if r["student"] == "ruth" and r["lab"] == "04_causal_mask"), ruth
 
 
 @needs_kernel

@@ -118,6 +118,10 @@ CASES = {
                                    "this checkout), answered right: old-edition, the unchanged "
                                    "hull bound graded 2 / 4, the two changed exercises 'not in "
                                    "the edition handed in'",
+    "ruth/04_causal_mask.ipynb": "this term's edition of lab 04 (stamped by make classroom "
+                                 "before the checks' practice wrapper changed; release "
+                                 "2026-autumn-b holds it), answered right: 3 / 3 with that "
+                                 "release's checks, flag edition (information)",
     "olga/06_softmax.ipynb": "a newer edition than the grader's (stamped with an edition and "
                              "a commit this checkout lacks), answered right: 3 / 3 by the "
                              "current checks, newer-edition",
@@ -252,6 +256,31 @@ def stamped_old_edition(lab: str = "07_weighted_sum"):
     return nb
 
 
+# This term's editions, frozen in the repository (scripts/grading/releases) when every lab's
+# exercises became functions graded on hidden inputs.
+TERM_RELEASE = "2026-autumn-b"
+
+
+def term_edition(lab: str = "04_causal_mask", answers: dict[str, str] | None = None):
+    """``lab``'s student edition from the repository's release TERM_RELEASE, stamped as
+    ``make classroom`` stamped it then (edition id, commit), answered right; None without it."""
+    import tarfile
+
+    folder = classroom.RELEASES / TERM_RELEASE
+    if not (folder / "release.json").exists():
+        return None
+    meta = json.loads((folder / "release.json").read_text(encoding="utf-8"))
+    with tarfile.open(folder / "release.tar.gz") as tar:
+        text = tar.extractfile(f"student/{lab}.ipynb").read().decode("utf-8")
+    nb = _fill(nbformat.reads(text, as_version=4), answers or {
+        k: RIGHT[k] for k in ("cached_causal_mask", "window_scores", "changed_outputs")})
+    nb.metadata["attnbook"] = {"lab": lab, "edition": "student",
+                               "exercises": meta["labs"][lab]["exercises"],
+                               "version": meta["library"]["version"],
+                               "commit": meta["library"]["commit"], "release": ""}
+    return nb
+
+
 def build(out: Path) -> dict[str, str]:
     """Write the submissions into ``out`` (which must not exist). Returns CASES."""
     editions, labs = {}, {}
@@ -360,6 +389,9 @@ def build(out: Path) -> dict[str, str]:
     pablo = stamped_old_edition()
     if pablo is not None:
         files["pablo/07_weighted_sum.ipynb"] = pablo
+    ruth = term_edition()
+    if ruth is not None:
+        files["ruth/04_causal_mask.ipynb"] = ruth
     olga = _fill(s06, {k: RIGHT[k] for k in ("softmax_columns", "jacobian_from_p",
                                              "tempered_softmax")})
     olga.metadata["attnbook"].update(exercises="0123456789ab", commit="f" * 40, version="9.9")
