@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 
 import pytest
@@ -41,3 +42,37 @@ def pytest_configure(config):
     # unit step leaves out with -m "not browser and not colab".
     config.addinivalue_line("markers", "browser: opens the built site in Chromium")
     config.addinivalue_line("markers", "colab: runs every lab outside the repository from a wheel")
+
+
+# The book's solutions of a lab's exercises, compiled here (tests of grading and editions).
+
+
+def lab_namespace(lab_nb) -> dict:
+    """What the lab imports (its ``import`` lines, run here), for compiling its solutions."""
+    import math
+
+    namespace = {"torch": torch, "math": math}
+    for cell in lab_nb.cells:
+        if cell.cell_type != "code":
+            continue
+        lines = ["" if ln.lstrip().startswith(("!", "%")) else ln
+                 for ln in cell.source.splitlines()]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            continue
+        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        exec(compile(ast.Module(imports, []), "<imports>", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def solution_function(lab_nb, ex):
+    """The function the book's solution cell defines for ``ex``, compiled here with the lab's
+    imports and the other functions its solution cell defines (its helpers)."""
+    namespace = lab_namespace(lab_nb)
+    source = lab_nb.cells[ex.solutions[0]].source
+    tree = ast.parse(source)
+    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert ex.function in [n.name for n in defs], (ex.name, "no solution function")
+    exec(compile(ast.Module(defs, []), "<solution>", "exec"), namespace)  # noqa: S102
+    return namespace[ex.function]

@@ -393,6 +393,23 @@ def _fails(test, env) -> str:
     return ""
 
 
+@pytest.mark.parametrize("lab", sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9]*.ipynb")))
+def test_every_labs_otter_tests_pass_the_books_solutions(lab, tmp_path):
+    """The Gradescope path for every lab: each exercise's Otter test, called as Otter calls it,
+    gives full marks to the book's solution function and refuses an environment without it."""
+    from conftest import lab_namespace, solution_function
+
+    nb = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
+    exercises = classroom.find_exercises(nb)
+    classroom.write_tests(lab, exercises, tmp_path, seed=5)
+    tests = _load_tests(tmp_path)
+    assert sorted(tests) == sorted(ex.name for ex in exercises)
+    for ex in exercises:
+        env = {**lab_namespace(nb), ex.function: solution_function(nb, ex)}
+        assert _fails(tests[ex.name], env) == "", (lab, ex.name)
+        assert "is not defined" in _fails(tests[ex.name], lab_namespace(nb)), (lab, ex.name)
+
+
 def test_otter_tests_judge_values_and_functions_and_refuse_a_replaced_checker(tmp_path):
     """The zip's test files, called as Otter calls them (test_func(env)), without a kernel: the
     value form on the older edition written above, the function form on lab 06."""

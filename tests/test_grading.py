@@ -9,7 +9,6 @@ gradebook folder come first.
 
 from __future__ import annotations
 
-import ast
 import csv
 import importlib.util
 import inspect
@@ -25,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
 import classroom  # noqa: E402
+from conftest import lab_namespace, solution_function  # noqa: E402
 from grading import discover, editions, gradebook, judge  # noqa: E402
 
 LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
@@ -539,39 +539,6 @@ def test_the_kernel_is_sandboxed(tmp_path):
     assert (tmp_path / "k" / "home" / "note").exists()  # the write stayed in its own home
 
 
-def _lab_namespace(lab_nb) -> dict:
-    """What the lab imports (its ``import`` lines, run here), for compiling its solutions."""
-    import math
-
-    import torch
-
-    namespace = {"torch": torch, "math": math}
-    for cell in lab_nb.cells:
-        if cell.cell_type != "code":
-            continue
-        lines = ["" if ln.lstrip().startswith(("!", "%")) else ln
-                 for ln in cell.source.splitlines()]
-        try:
-            tree = ast.parse("\n".join(lines))
-        except SyntaxError:
-            continue
-        imports = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        exec(compile(ast.Module(imports, []), "<imports>", "exec"), namespace)  # noqa: S102
-    return namespace
-
-
-def _solution_function(lab_nb, ex):
-    """The function the book's solution cell defines for ``ex``, compiled here with the lab's
-    imports and the other functions its solution cell defines (its helpers)."""
-    namespace = _lab_namespace(lab_nb)
-    source = lab_nb.cells[ex.solutions[0]].source
-    tree = ast.parse(source)
-    defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-    assert ex.function in [n.name for n in defs], (ex.name, "no solution function")
-    exec(compile(ast.Module(defs, []), "<solution>", "exec"), namespace)  # noqa: S102
-    return namespace[ex.function]
-
-
 @pytest.mark.parametrize("lab", ALL_LABS)
 def test_the_books_solutions_pass_every_hidden_input(lab):
     """The hidden inputs and the checks agree with the book's own solutions, for several seeds,
@@ -583,12 +550,12 @@ def test_the_books_solutions_pass_every_hidden_input(lab):
     for ex in classroom.find_exercises(lab_nb):
         spec = judge.spec_of(ex)
         assert spec is not None and ex.function, (lab, ex.name, "not a function exercise")
-        right = _solution_function(lab_nb, ex)
+        right = solution_function(lab_nb, ex)
         for seed in (1, 2, 3):
             for case in hidden_cases(spec, seed):
                 fb = spec.check(right(*case.call), *case.check_args)
                 assert fb.ok, (lab, ex.name, case.label, fb.message)
-        namespace = {**_lab_namespace(lab_nb), "__name__": "__main__", ex.function: right}
+        namespace = {**lab_namespace(lab_nb), "__name__": "__main__", ex.function: right}
         first = hidden_cases(spec, 7)[0]
         fb = spec.check(right(*first.call), *first.check_args)
         assert practice_verdict(spec, fb, namespace).ok, (lab, ex.name)
@@ -607,7 +574,7 @@ def test_typical_mistakes_fail_with_a_name():
         lab_nb = _lab(lab)
         for ex in classroom.find_exercises(lab_nb):
             spec = judge.spec_of(ex)
-            right = _solution_function(lab_nb, ex)
+            right = solution_function(lab_nb, ex)
             if ex.function in MISTAKES:
                 namespace = {"torch": torch, "stable_softmax": stable_softmax}
                 args = ", ".join(inspect.signature(right).parameters)
@@ -626,7 +593,7 @@ def test_partial_credit_is_the_share_of_hidden_inputs_when_asked():
     ex = next(e for e in classroom.find_exercises(_lab("06_softmax")) if e.name == "softmax")
     spec = judge.spec_of(ex)
     cases = hidden_cases(spec, 4)
-    right = _solution_function(_lab("06_softmax"), ex)
+    right = solution_function(_lab("06_softmax"), ex)
     results = [{"kind": "tensor", "value": right(*c.call)} for c in cases]
     results[0] = {"kind": "error", "repr": "ValueError: no"}
     captured = {"answer": {"kind": "missing"}, "args": [], "kwargs": {}, "tamper": [],
