@@ -49,16 +49,23 @@ def allowed_matrix(mask_mod: Callable, T: int) -> torch.Tensor:
     return out.broadcast_to(T, T).clone()
 
 
-def _document_reference(doc: torch.Tensor, window: int | None = None
-                        ) -> dict[str, torch.Tensor]:
+def check_document_mod(answer, document_ids: torch.Tensor, window: int | None = None
+                       ) -> Feedback:
+    """Exercise: the document mask of a packed row, materialised: query i may attend to key j
+    when both are in the same document and j <= i (and, given ``window``, i - j < window:
+    sliding-window attention inside each document).
+
+    Shape:
+        document_ids: (T,) ints -> answer: (T, T) bool, True = may attend
+    """
+    doc = torch.as_tensor(document_ids).cpu()
     T = doc.numel()
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     same = doc[:, None] == doc[None, :]  # (T, T)
     causal = i >= j
     near = (i - j < window) if window is not None else torch.ones(T, T, dtype=torch.bool)
     right = same & causal & near
-    ref = {
-        "right": right,
+    mistakes = {
         "the same-document test alone: a token also sees the later tokens of its own "
         "document. AND it with the causal test, q_idx >= kv_idx": same & near,
         "the causal mask alone: a token sees the tokens of earlier documents too, the leak "
@@ -74,7 +81,7 @@ def _document_reference(doc: torch.Tensor, window: int | None = None
         "with both q_idx and kv_idx": (i == doc[None, :]) & causal & near,
     }
     if window is not None:
-        ref.update({
+        mistakes.update({
             "the document mask without the window: each token sees its whole document "
             "before it. Also require q_idx - kv_idx < w": same & causal,
             "a window one key too wide (q_idx - kv_idx <= w): a query sees w keys, itself "
@@ -84,22 +91,8 @@ def _document_reference(doc: torch.Tensor, window: int | None = None
             "a window on both sides (|q_idx - kv_idx| < w) without the causal test: the "
             "future is visible": same & ((i - j).abs() < window),
         })
-    return ref
-
-
-def check_document_mod(answer, document_ids: torch.Tensor, window: int | None = None
-                       ) -> Feedback:
-    """Exercise: the document mask of a packed row, materialised: query i may attend to key j
-    when both are in the same document and j <= i (and, given ``window``, i - j < window:
-    sliding-window attention inside each document).
-
-    Shape:
-        document_ids: (T,) ints -> answer: (T, T) bool, True = may attend
-    """
-    ref = _document_reference(torch.as_tensor(document_ids).cpu(), window)
-    right = ref.pop("right")
     name = "your document mask" if window is None else "your windowed document mask"
-    feedback = check_tensor(answer, right, ref, name=name, atol=0, rtol=0)
+    feedback = check_tensor(answer, right, mistakes, name=name, atol=0, rtol=0)
     if feedback.ok and torch.as_tensor(answer).dtype != torch.bool:
         return Feedback(False, "Not yet: the pattern is right, but a mask_mod must return bool "
                                "(FlexAttention refuses other dtypes); compare, don't multiply.")
