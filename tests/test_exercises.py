@@ -55,3 +55,18 @@ def test_the_practice_second_input_goes_where_the_labs_input_is():
     moved = _on((x, [x, 4], "s"), torch.device("meta"))
     assert moved[0].device.type == "meta" and moved[1][0].device.type == "meta"
     assert isinstance(moved[1], list) and moved[1][1] == 4 and moved[2] == "s"
+
+
+def test_an_answer_computed_without_the_function_is_not_called_correct():
+    """A notebook that deletes the exercise's def and types the answer in gets no "Correct":
+    the grader calls the function, finds none, and scores 0."""
+    typed = {"__name__": "__main__"}
+    exec("import torch\n"  # noqa: S102 (the test's own code)
+         "from attnbook.exercises.causal_mask import check_cached_mask\n"
+         "answer = torch.ones(3, 8, dtype=torch.bool).triu(6)\n"
+         "result = check_cached_mask(answer, n_new=3, n_keys=8)\n", typed)
+    assert not typed["result"].ok
+    assert "cached_causal_mask is not defined here" in typed["result"].message
+    from attnbook.exercises.causal_mask import check_cached_mask
+
+    assert check_cached_mask(torch.ones(3, 8, dtype=torch.bool).triu(6), 3, 8).ok  # a module

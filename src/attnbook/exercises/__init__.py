@@ -305,8 +305,17 @@ def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapp
         ``feedback``, or a verdict that is not ok and says why.
     """
     fn = namespace.get(spec.function)
-    if not feedback.ok or not callable(fn):
-        return feedback  # a wrong answer says why already; no function: nothing more to test
+    if not feedback.ok:
+        return feedback  # a wrong answer says why already
+    if not callable(fn):
+        if namespace.get("__name__") != "__main__":
+            return feedback  # called from a module (a test), not from a notebook's cell
+        # The answer was computed without the function (its def deleted or renamed): the
+        # grader calls the function, finds none and scores 0, so "Correct" would be a lie.
+        return Feedback(False, f"Right values, but the function {spec.function} is not defined "
+                               "here: graded, the exercise calls it on other inputs, so without "
+                               f"it the exercise scores 0. Keep `def {spec.function}(...)` and "
+                               "compute the answer by calling it.")
     used = sorted(names_used(fn, namespace) & set(spec.forbidden))
     if used:
         return Feedback(False, f"Right values, but {spec.function} uses {', '.join(used)}, "
