@@ -76,3 +76,19 @@ def solution_function(lab_nb, ex):
     assert ex.function in [n.name for n in defs], (ex.name, "no solution function")
     exec(compile(ast.Module(defs, []), "<solution>", "exec"), namespace)  # noqa: S102
     return namespace[ex.function]
+
+
+def book_solutions(lab: str) -> dict:
+    """check name -> the function the book's solution cell of ``lab`` defines for it."""
+    import sys
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[1]
+    if str(root / "scripts") not in sys.path:
+        sys.path.insert(0, str(root / "scripts"))
+    import classroom
+
+    nb = nbformat.read(root / "notebooks" / f"{lab}.ipynb", as_version=4)
+    return {ex.check: solution_function(nb, ex) for ex in classroom.find_exercises(nb)}

@@ -3,41 +3,16 @@ exercises are functions graded on hidden inputs (issue 31)."""
 
 from __future__ import annotations
 
-import ast
-import sys
-from pathlib import Path
-
-import nbformat
 import pytest
 import torch
+from conftest import book_solutions
 
 from attnbook import Attention, blocked_positions, causal_mask, masked_softmax
 from attnbook.exercises import hidden_cases
 from attnbook.exercises.padding import GRADED, check_blocked, check_empty_rows, empty_rows
 from attnbook.seed import Attention as Seed
 
-ROOT = Path(__file__).resolve().parents[1]
-LAB = ROOT / "notebooks" / "05_padding.ipynb"
-
-
-def _book_solutions() -> dict:
-    """The functions the lab's solution cells define, compiled from their source."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import classroom
-
-    nb = nbformat.read(LAB, as_version=4)
-    found = {}
-    for ex in classroom.find_exercises(nb):
-        for i in ex.solutions:
-            tree = ast.parse(nb.cells[i].source)
-            defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-            ns = {"torch": torch}
-            exec(compile(ast.Module(defs, []), str(LAB), "exec"), ns)  # noqa: S102 (the book's)
-            found[ex.check] = ns[ex.function]
-    return found
-
-
-SOLUTIONS = _book_solutions()
+SOLUTIONS = book_solutions("05_padding")
 
 
 def test_the_lab_has_the_two_functions():

@@ -3,14 +3,11 @@ the exercises are functions graded on hidden inputs (issue 31)."""
 
 from __future__ import annotations
 
-import ast
 import math
-import sys
-from pathlib import Path
 
-import nbformat
 import pytest
 import torch
+from conftest import book_solutions
 
 from attnbook.exercises import hidden_cases
 from attnbook.exercises.scaling import (
@@ -20,28 +17,7 @@ from attnbook.exercises.scaling import (
     check_scaled_scores,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
-LAB = ROOT / "notebooks" / "03_scaling.ipynb"
-
-
-def _book_solutions() -> dict:
-    """The functions the lab's solution cells define, compiled from their source."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import classroom
-
-    nb = nbformat.read(LAB, as_version=4)
-    found = {}
-    for ex in classroom.find_exercises(nb):
-        for i in ex.solutions:
-            tree = ast.parse(nb.cells[i].source)
-            defs = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
-            ns = {"torch": torch, "math": math}
-            exec(compile(ast.Module(defs, []), str(LAB), "exec"), ns)  # noqa: S102 (the book's)
-            found[ex.check] = ns[ex.function]
-    return found
-
-
-SOLUTIONS = _book_solutions()
+SOLUTIONS = book_solutions("03_scaling")
 
 
 def test_the_lab_has_the_three_functions():

@@ -164,6 +164,13 @@ def _mask(lengths: list[int], L: int, sides: str) -> torch.Tensor:
     return torch.stack(rows)
 
 
+def _random_mask(g: torch.Generator, B: int, L: int) -> torch.Tensor:
+    """(B, L) True = real: random lengths 1 .. L, each sequence padded left or right."""
+    lengths = (1 + torch.randint(L, (B,), generator=g)).tolist()
+    sides = "".join("lr"[int(v)] for v in torch.randint(2, (B,), generator=g))
+    return _mask(lengths, L, sides)
+
+
 def _blocked_cases(g: torch.Generator) -> list[HiddenCase]:
     cases = []
     # (lengths, L, sides, n_new): one token; a decode step; a whole prefill (square); a chunk
@@ -174,9 +181,7 @@ def _blocked_cases(g: torch.Generator) -> list[HiddenCase]:
         cases.append(HiddenCase((m.clone(), n), (m, n), f"padding_mask of shape {tuple(m.shape)}, "
                                                         f"n_new = {n}"))
     L = 12
-    lengths = (1 + torch.randint(L, (5,), generator=g)).tolist()
-    sides = "".join("lr"[int(v)] for v in torch.randint(2, (5,), generator=g))
-    m = _mask(lengths, L, sides)
+    m = _random_mask(g, 5, L)
     cases.append(HiddenCase((m.clone(), 5), (m, 5), f"padding_mask of shape (5, {L}), n_new = 5"))
     return cases
 
@@ -191,9 +196,7 @@ def _empty_cases(g: torch.Generator) -> list[HiddenCase]:
         cases.append(HiddenCase((m.clone(), w), (m, w), f"padding_mask of shape {tuple(m.shape)}, "
                                                         f"w = {w}"))
     T = 11
-    lengths = (1 + torch.randint(T, (4,), generator=g)).tolist()
-    sides = "".join("lr"[int(v)] for v in torch.randint(2, (4,), generator=g))
-    m = _mask(lengths, T, sides)
+    m = _random_mask(g, 4, T)
     w = 1 + int(torch.randint(5, (1,), generator=g))
     cases.append(HiddenCase((m.clone(), w), (m, w), f"padding_mask of shape (4, {T}), w = {w}"))
     return cases
