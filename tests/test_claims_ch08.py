@@ -75,6 +75,33 @@ def test_mha_calls_sdpa_unless_it_returns_weights(need_weights, sdpa_calls):
     assert ("aten._softmax.default" in ops.names) == need_weights
 
 
+def test_mha_sdpa_call_comes_from_multi_head_attention_forward_not_the_fast_path():
+    """The SDPA call is F.multi_head_attention_forward's (need_weights=False), not the fast path.
+
+    The chapter's copy has one head and stays in training mode, so nn.MultiheadAttention's
+    inference fast path (torch._native_multi_head_attention) is ruled out twice over; the
+    Python function the module calls is what hands Q, K, V to SDPA.
+    """
+    import inspect
+
+    m = Attention(d, T).double()
+    mha = mha_copy_of(m)
+    x = torch.randn(B, T, d, dtype=torch.float64)
+    callers = []
+    sdpa = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        callers.append(inspect.stack()[1].function)
+        return sdpa(*args, **kwargs)
+
+    for module in (mha, mha.eval()):  # training mode, then eval: one head, still no fast path
+        with mock.patch("torch.nn.functional.scaled_dot_product_attention", new=spy), \
+                mock.patch("torch._native_multi_head_attention") as fast, torch.no_grad():
+            module(x, x, x, attn_mask=m.mask, need_weights=False)
+        assert fast.call_count == 0
+    assert callers == ["multi_head_attention_forward"] * 2
+
+
 def test_mha_with_weights_agrees_with_ours():
     m = Attention(d, T).double()
     x = torch.randn(B, T, d, dtype=torch.float64)

@@ -342,6 +342,35 @@ def test_empty_row_in_each_api():
     assert torch.softmax(scores, dim=-1)[empty[0]].isnan().all()  # torch.softmax: 0/0
 
 
+def test_mha_empty_row_is_out_proj_bias():
+    """MHA's empty row (need_weights=False) is out_proj's bias: zeros only with bias=False.
+
+    SDPA gives the empty row a zero attention output, and out_proj maps zero to its bias. A
+    freshly built MHA initialises that bias to zero, so the row reads zeros until the bias is
+    trained (here: set to random values).
+    """
+    x = torch.randn(1, T, d, dtype=torch.float64)
+    pad = torch.tensor([[False, False] + [True] * (T - 2)])  # queries 0 and 1 see no real key
+    empty = torch.tensor([[True, True] + [False] * (T - 2)])
+    causal = causal_mask(T)
+    kpm = to_key_padding_mask(pad)
+
+    def empty_rows(mha):
+        out = mha(x, x, x, attn_mask=causal, key_padding_mask=kpm, need_weights=False)[0]
+        return out[empty]  # (2, d)
+
+    fresh = nn.MultiheadAttention(d, 1, batch_first=True).double()
+    assert (fresh.out_proj.bias == 0).all()  # PyTorch's initialisation
+    assert (empty_rows(fresh) == 0).all()
+    with torch.no_grad():
+        fresh.in_proj_bias.normal_()
+        fresh.out_proj.bias.normal_()
+    rows = empty_rows(fresh)
+    assert (rows != 0).all()
+    assert torch.equal(rows, fresh.out_proj.bias.expand_as(rows))
+    assert (empty_rows(nn.MultiheadAttention(d, 1, bias=False, batch_first=True).double()) == 0).all()
+
+
 def test_transformer_square_subsequent_mask_is_our_causal_mask():
     additive = nn.Transformer.generate_square_subsequent_mask(T)  # float: 0 and -inf
     assert torch.equal(from_additive_mask(additive), causal_mask(T))
