@@ -6,6 +6,24 @@ predict questions a stated tolerance, an explanation and a hint. Every numeric a
 recomputed from the library (its ``check`` expression); every predict-the-output answer is read
 from its lab's stored glue output, exactly as the site's directive reads it, and recomputed too
 where it has a ``check``. The browser side is tests/test_questions_browser.py.
+
+The explanations are prose, so they are reviewed rather than computed. How to review (for
+anyone who writes or edits a question):
+
+1. ``python scripts/review_questions.py`` prints each chapter's state: ``ok``, ``UNSTAMPED`` or
+   how many texts are stale (changed since their review) or new.
+2. ``python scripts/review_questions.py show NN`` prints the chapter's stale and new texts in
+   their context (prompt, option, whether it is the correct one, the answer). Read each as a
+   sceptical expert: is it true as written, for every case the prompt allows? Fix what is not.
+   Where a text states a checkable fact (a number, a PyTorch behaviour), add a ``check:`` field
+   to its option or mistake: Python that this file runs (``test_explanation_checks_hold``).
+3. ``python scripts/review_questions.py stamp NN --reviewer NAME --note "what you checked"``
+   records a hash of each reviewed text with your note in ``book/questions/reviewed/NN.json``
+   (one file per chapter). Commit it with the question file.
+
+``test_reviewed_explanations_are_current`` then fails for a chapter whose stamp has a stale,
+new or vanished entry (editing a text, its option, its prompt or its answer makes it stale);
+``test_every_chapter_is_reviewed`` fails while a chapter has no stamp file at all, and names them.
 """
 
 from __future__ import annotations
@@ -235,3 +253,108 @@ def test_question_math_uses_only_commands_the_site_defines():
 
 def test_tex_command_check_catches_an_undefined_macro():
     assert _tex_commands(r"a dot product $\q_i \cdot \vk_j$") == {"q", "cdot", "vk"}
+
+
+# --- The explanations' review (scripts/review_questions.py; how-to in this module's docstring) ---
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import review_questions  # noqa: E402
+
+
+def _review_status():
+    return [review_questions.status_of(c, p) for c, p in review_questions.question_files().items()]
+
+
+def _stamped_chapters():
+    return [pytest.param(c, p, id=p.stem) for c, p in review_questions.question_files().items()
+            if review_questions.stamp_path(c).exists()]
+
+
+@pytest.mark.parametrize("chapter, path", _stamped_chapters())
+def test_reviewed_explanations_are_current(chapter, path):
+    """Every explanation of a stamped chapter is the text a reviewer read and stamped."""
+    st = review_questions.status_of(chapter, path)
+    problems = []
+    if st.stale:
+        problems.append(f"changed since their review: {st.stale}")
+    if st.missing:
+        problems.append(f"never reviewed: {st.missing}")
+    if st.orphaned:
+        problems.append(f"stamped but gone from {path.name} (re-stamp drops them): {st.orphaned}")
+    assert not problems, (f"{path.name}: " + "; ".join(problems) + ". "
+                          + review_questions.how_to_review(chapter))
+
+
+def test_every_chapter_is_reviewed(capsys):
+    """Every chapter's explanations have been reviewed once (a stamp file exists).
+
+    Run ``python -m pytest tests/test_questions.py -k every_chapter_is_reviewed -rA`` or
+    ``python scripts/review_questions.py`` to see each chapter's state."""
+    rows = _review_status()
+    with capsys.disabled():
+        print()
+        review_questions.print_status()
+    unstamped = [s.path.name for s in rows if not s.stamped]
+    assert not unstamped, (f"{len(unstamped)} chapters have no review stamp: {unstamped}. "
+                           + review_questions.how_to_review("NN"))
+
+
+def _checks():
+    for path, doc in _all():
+        for t in review_questions.texts_of(doc):
+            if t.check:
+                yield pytest.param(t.check, id=f"{path.stem}-{t.key}")
+
+
+@pytest.mark.parametrize("source", list(_checks()) or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no check: fields yet"))])
+def test_explanation_checks_hold(source):
+    """A fact an explanation states and its ``check:`` pins is what torch and attnbook do."""
+    review_questions.run_check(source)
+
+
+def test_review_notices_a_changed_explanation(tmp_path, monkeypatch):
+    """The stamp catches an edited explanation, an edited prompt and a new option, ignores
+    re-wrapping, and drops a vanished entry on re-stamping; a false check refuses to stamp."""
+    doc = _choice_doc()
+    path = tmp_path / "04_causal_mask.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+    monkeypatch.setattr(review_questions, "REVIEWED", tmp_path / "reviewed")
+    monkeypatch.setattr(review_questions, "ROOT", tmp_path)
+    st = review_questions.status_of(4, path)
+    assert not st.stamped and len(st.missing) == 12
+    with pytest.raises(SystemExit, match="give a --note"):
+        review_questions._stamp(4, path, "me", None, {}, None, False, today="2026-12-05")
+    review_questions._stamp(4, path, "me", "checked", {"q0/option-1": "tril vs triu"}, None, False,
+                            today="2026-12-05")
+    stamp = json.loads((tmp_path / "reviewed" / "04.json").read_text())
+    assert stamp["entries"]["q0/option-1"]["note"] == "tril vs triu"
+    assert review_questions.status_of(4, path).ok
+
+    def edited(change):
+        new = copy.deepcopy(doc)
+        change(new)
+        path.write_text(yaml.safe_dump(new), encoding="utf-8")
+        return review_questions.status_of(4, path)
+
+    rewrapped = edited(lambda d: d["questions"][1]["options"][2].update(
+        explanation="No: padding  is a separate\n mask of its own."))
+    assert rewrapped.ok, "re-wrapping whitespace should keep the stamp"
+    text = edited(lambda d: d["questions"][1]["options"][2].update(
+        explanation="No: padding is the same mask."))
+    assert text.stale == ["q1/option-2"]
+    prompt = edited(lambda d: d["questions"][2].update(prompt="Which one?"))
+    assert prompt.stale == ["q2/option-0", "q2/option-1", "q2/option-2"]
+    flipped = edited(lambda d: d["questions"][3]["options"][1].update(correct=True))
+    assert flipped.stale == ["q3/option-1"]
+    fewer = edited(lambda d: d["questions"][0]["options"].pop())
+    assert fewer.orphaned == ["q0/option-2"] and not fewer.ok
+    review_questions._stamp(4, path, "me", "re-read", {}, None, False, today="2026-12-05")
+    assert review_questions.status_of(4, path).ok
+    edited(lambda d: d["questions"][0]["options"][0].update(check="torch.tensor(1.0) == 2"))
+    with pytest.raises(SystemExit, match="a check: field fails"):
+        review_questions._stamp(4, path, "me", "x", {}, None, True, today="2026-12-05")
+    review_questions.run_check("x = torch.ones(2)\nassert x.sum() == 2")
+    with pytest.raises(AssertionError):
+        review_questions.run_check("torch.zeros(2) == 1")
