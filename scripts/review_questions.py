@@ -263,9 +263,9 @@ def _stamp(chapter: int, path: Path, reviewer: str, note: str | None, entry_note
     return 0
 
 
-def print_status(files: dict[int, Path] | None = None) -> list[Status]:
-    files = question_files() if files is None else files
-    rows = [status_of(c, p) for c, p in sorted(files.items())]
+def status_table(rows: list[Status]) -> str:
+    """One line per chapter (ok, UNSTAMPED, or how many texts are stale, new or gone)."""
+    lines = []
     for s in rows:
         if s.ok:
             state = "ok"
@@ -274,9 +274,15 @@ def print_status(files: dict[int, Path] | None = None) -> list[Status]:
         else:
             state = (f"{len(s.stale)} stale, {len(s.missing)} new, "
                      f"{len(s.orphaned)} gone")
-        print(f"{s.chapter:2d}  {s.path.name:28s} {s.total:3d} texts  {state}")
-    done = sum(s.ok for s in rows)
-    print(f"{done} of {len(rows)} chapters reviewed and current")
+        lines.append(f"{s.chapter:2d}  {s.path.name:28s} {s.total:3d} texts  {state}")
+    lines.append(f"{sum(s.ok for s in rows)} of {len(rows)} chapters reviewed and current")
+    return "\n".join(lines)
+
+
+def print_status(files: dict[int, Path] | None = None) -> list[Status]:
+    files = question_files() if files is None else files
+    rows = [status_of(c, p) for c, p in sorted(files.items())]
+    print(status_table(rows))
     return rows
 
 
