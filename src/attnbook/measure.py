@@ -19,9 +19,10 @@ returns.
   opposite behaviour, to measure that cost on purpose.
 
 GPU work needs another clock: a CUDA call returns once its kernel is queued, before it has run.
-Kernel-level GPU timing (CUDA events, L2 flushing) is :func:`attnbook.gpu.timing.benchmark`,
-which the GPU labs (17 to 19) use; on the CPU it runs the loop of :func:`timings`, one call at a
-time, not interleaved.
+Kernel-level GPU timing (CUDA events, one synchronisation after the warm-up and one at the end,
+optional L2 flushing) is :func:`attnbook.gpu.timing.benchmark`, which Lab 2's GPU cells, Labs 17
+and 19 and ``make gpu-check`` use (the book's *How we measure*, "On a GPU"); on the CPU it runs
+the loop of :func:`timings`, one call at a time, not interleaved.
 
 Its arguments are checked with :func:`attnbook.checks.check_whole_number`.
 """
