@@ -368,7 +368,8 @@ def test_mha_empty_row_is_out_proj_bias():
     rows = empty_rows(fresh)
     assert (rows != 0).all()
     assert torch.equal(rows, fresh.out_proj.bias.expand_as(rows))
-    assert (empty_rows(nn.MultiheadAttention(d, 1, bias=False, batch_first=True).double()) == 0).all()
+    unbiased = nn.MultiheadAttention(d, 1, bias=False, batch_first=True).double()
+    assert (empty_rows(unbiased) == 0).all()
 
 
 def test_transformer_square_subsequent_mask_is_our_causal_mask():
