@@ -12,6 +12,7 @@ from .positions import (
     alibi_bias_from_positions,
     alibi_slopes,
     apply_rope,
+    check_alibi_slopes,
     check_positions,
     check_scaling,
     default_positions,
@@ -53,7 +54,8 @@ class Attention(nn.Module):
         ``"rope"`` rotates q and k after step 1 (:func:`attnbook.positions.apply_rope`, with
         ``rope_base``, ``rope_layout`` and ``rope_scaling``, a plain attribute that may be
         changed after training); ``"alibi"`` adds -m_h (i - j) to the scaled scores before
-        masking (one head: m = alibi_slopes(1) = 1/256). Neither adds a parameter, so the
+        masking (one head: m = alibi_slopes(1) = 1/256; ``alibi_slopes=`` chooses the slopes,
+        one positive float per head, kept as a plain attribute). Neither adds a parameter, so the
         state_dict is the original module's. Positions default to 0 .. T - 1, skipping pads when a
         padding mask is given (:func:`attnbook.positions.default_positions`);
         ``forward(..., positions=p)`` overrides them.
@@ -68,9 +70,10 @@ class Attention(nn.Module):
 
     def __init__(self, d_model: int, context_length: int, fused: bool = False,
                  position: str = "none", rope_base: float = 10000.0, rope_layout: str = "half",
-                 rope_scaling=None, *, _heads: int = 1):
+                 rope_scaling=None, *, alibi_slopes=None, _heads: int = 1):
         super().__init__()
         check_position_args(position, rope_base, rope_layout, rope_scaling)
+        alibi_slopes = check_alibi_slopes(alibi_slopes, _heads)
         if position == "rope" and _heads >= 1 and d_model % _heads == 0 \
                 and (d_model // _heads) % 2:
             raise ValueError(f"RoPE turns pairs of features, so the head width must be even, "
@@ -98,6 +101,7 @@ class Attention(nn.Module):
         # original module's.
         self.position, self.rope_base, self.rope_layout = position, rope_base, rope_layout
         self.rope_scaling = rope_scaling
+        self.alibi_slopes = alibi_slopes  # None: the paper's rule, alibi_slopes(h)
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, context_length={self.context_length}, fused={self.fused}"
@@ -137,7 +141,9 @@ class Attention(nn.Module):
             -> (h, T_q, T_k) or (B, h, T_q, T_k); the head axis dropped for 3-D q
         """
         dt = torch.float64 if q.dtype == torch.float64 else torch.float32
-        slopes = alibi_slopes(self.n_heads, dt).to(q.device)  # (h,)
+        chosen = check_alibi_slopes(self.alibi_slopes, self.n_heads)  # None: the paper's rule
+        slopes = (alibi_slopes(self.n_heads, dt) if chosen is None
+                  else torch.tensor(chosen, dtype=dt)).to(q.device)  # (h,)
         bias = alibi_bias_from_positions(slopes, q_positions, k_positions)  # (..., h, T_q, T_k)
         return bias[..., 0, :, :] if q.dim() == 3 else bias
 

@@ -19,7 +19,7 @@ from torch import nn
 
 from .kv_cache import KVCache, cached_attention
 from .multihead import MultiHeadAttention
-from .positions import POSITION_SCHEMES, check_scaling, sinusoidal_table
+from .positions import POSITION_SCHEMES, check_alibi_slopes, check_scaling, sinusoidal_table
 
 
 @dataclass
@@ -45,6 +45,9 @@ class TinyConfig:
         rope_base, rope_scaling: RoPE's base and its scaling for long sequences (see
             :func:`attnbook.positions.apply_rope`); each block's ``attn.rope_scaling`` may
             also be changed after training.
+        alibi_slopes: ALiBi's slopes, one positive float per head (None: the paper's rule,
+            :func:`attnbook.positions.alibi_slopes`); each block's ``attn.alibi_slopes`` may
+            also be changed.
         fused: run attention on the fused path (chapter 11) unless weights are asked for.
         n_kv_heads: key/value heads per layer (grouped-query attention, chapter 13); None
             means one per query head.
@@ -62,6 +65,7 @@ class TinyConfig:
     position: str = "learned"
     rope_base: float = 10000.0
     rope_scaling: tuple | None = None
+    alibi_slopes: tuple | None = None
 
     def __post_init__(self) -> None:
         if self.positions is not None:  # the old flag: map it to the scheme it meant
@@ -77,6 +81,11 @@ class TinyConfig:
             raise ValueError(f"position must be one of {POSITION_SCHEMES}, got "
                              f"{self.position!r}")
         check_scaling(self.rope_scaling)
+        if self.alibi_slopes is not None:
+            if isinstance(self.n_heads, bool) or not isinstance(self.n_heads, int) \
+                    or self.n_heads < 1:
+                raise ValueError(f"n_heads must be a positive integer, got {self.n_heads!r}")
+            self.alibi_slopes = check_alibi_slopes(self.alibi_slopes, self.n_heads)
         for name in ("vocab_size", "context_length", "d_model", "n_heads", "n_layers"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -99,7 +108,8 @@ class Block(nn.Module):
         self.attn = MultiHeadAttention(d, config.context_length, config.n_heads,
                                        fused=config.fused, n_kv_heads=config.n_kv_heads,
                                        position=inside, rope_base=config.rope_base,
-                                       rope_scaling=config.rope_scaling)
+                                       rope_scaling=config.rope_scaling,
+                                       alibi_slopes=config.alibi_slopes)
         self.mlp = None
         if config.mlp:
             self.norm2 = nn.LayerNorm(d)

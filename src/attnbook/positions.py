@@ -208,6 +208,44 @@ def alibi_slopes(h: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.tensor(_slopes(h), dtype=dtype)
 
 
+def check_alibi_slopes(slopes, h: int) -> tuple[float, ...] | None:
+    """The slopes a model chose, checked: None (the paper's rule) or h positive finite floats.
+
+    Returns:
+        None, or the slopes as a tuple of h floats (a plain value: no buffer, no state_dict
+        entry).
+
+    Raises:
+        ValueError: for a number of slopes other than h, or a slope that is not a positive
+            finite number.
+
+    Shape:
+        slopes: (h,) sequence or tensor, or None -> tuple of h floats, or None
+    """
+    if slopes is None:
+        return None
+    if isinstance(slopes, torch.Tensor):
+        if slopes.dim() != 1 or slopes.is_complex() or slopes.dtype == torch.bool:
+            raise ValueError(f"alibi_slopes must be a 1-D real tensor or a sequence of h = {h} "
+                             f"positive floats, one per head, got a tensor of shape "
+                             f"{tuple(slopes.shape)} and dtype {slopes.dtype}")
+        values = [float(v) for v in slopes.detach().cpu().tolist()]
+    elif isinstance(slopes, (list, tuple)):
+        values = list(slopes)
+    else:
+        raise ValueError(f"alibi_slopes must be None (the paper's rule, alibi_slopes({h})) or "
+                         f"h = {h} positive floats, one per head, got {type(slopes).__name__}")
+    if len(values) != h:
+        raise ValueError(f"alibi_slopes needs one slope per head: h = {h} slopes, got "
+                         f"{len(values)} ({slopes!r})")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
+                or v <= 0:
+            raise ValueError(f"alibi_slopes must be h = {h} positive finite numbers, got "
+                             f"{slopes!r}")
+    return tuple(float(v) for v in values)
+
+
 def _slopes(h: int) -> list[float]:
     if h & (h - 1) == 0:  # a power of two
         return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
