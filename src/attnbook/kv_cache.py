@@ -184,7 +184,8 @@ class KVCache:
 
     def append(self, k_new: torch.Tensor, v_new: torch.Tensor,
                real_new: torch.Tensor | None = None,
-               positions_new: torch.Tensor | None = None) -> None:
+               positions_new: torch.Tensor | None = None, *,
+               ids_given: bool | None = None) -> None:
         """Store the keys and values of ``t`` new tokens after the ones already cached.
 
         With a window, token p goes to slot ``p % window`` (a ring buffer), overwriting the token
@@ -195,16 +196,26 @@ class KVCache:
 
         Shape:
             k_new, v_new: (B, h_kv, t, d_h); real_new: (B, t) or None (all real);
-            positions_new: (B, t) or None (:meth:`next_positions`)
+            positions_new: (B, t) or None (:meth:`next_positions`); ids_given (default:
+            positions_new is not None) says they were chosen by the caller, so the next
+            default id is the last real new token's id + 1 instead of a count of real tokens
         """
         t = k_new.size(2)
         if self.window is None and self.length + t > self.capacity:
             raise ValueError(f"the cache holds {self.capacity} tokens (the module's "
                              f"context_length); {self.length} are used and {t} more do not "
                              "fit; a sliding-window cache (window=W) takes any length")
+        given = positions_new is not None if ids_given is None else ids_given
         if positions_new is None:
             positions_new = self.next_positions(real_new, t)  # (B, t)
-        self.seen = self.seen + (t if real_new is None else real_new.long().sum(dim=-1))
+        if given and t and real_new is None:  # the next default id: the last new one's + 1
+            self.seen = positions_new[:, -1] + 1  # (B,); equals seen + t for default ids
+        elif given and t:  # with padding: the last real new token's id + 1
+            last = (real_new.long() * torch.arange(1, t + 1, device=real_new.device)).argmax(-1)
+            after = positions_new.gather(1, last[:, None])[:, 0] + 1  # (B,)
+            self.seen = torch.where(real_new.any(dim=-1), after, self.seen)
+        else:
+            self.seen = self.seen + (t if real_new is None else real_new.long().sum(dim=-1))
         self.padded = self.padded or real_new is not None
         real_new = True if real_new is None else real_new
         if self.window is None:
@@ -232,6 +243,7 @@ def cached_attention(
     x_new: torch.Tensor,
     cache: KVCache,
     padding_mask: torch.Tensor | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention for ``t`` new tokens, using (and extending) the cache of earlier ones.
 
@@ -256,6 +268,12 @@ def cached_attention(
         x_new: the new tokens (t = 1 while generating; the whole prompt for the first call).
         cache: the keys and values of the tokens before them; ``x_new``'s are appended.
         padding_mask: True for real tokens among the new ones; None if all are real.
+        positions: the new tokens' position ids for RoPE and ALiBi (packed rows whose ids
+            restart per document, ids that do not count the real tokens); stored in the cache
+            beside the keys, so later queries measure distances to them. None: the number of
+            real tokens before each (:meth:`KVCache.next_positions`). After given ids, a call
+            without them continues from the last real new token's id + 1. The full forward
+            with ``positions=p`` equals a prefill and steps given the same ids.
 
     Returns:
         The outputs of the new tokens.
@@ -264,13 +282,44 @@ def cached_attention(
         TypeError: for an unsupported module, a dtype other than the cache's, or a padding mask
             that is not bool.
         ValueError: for a shape that does not fit the module or the cache, a cache made for
-            another module, or a cache without a window that would hold more than its capacity.
+            another module, a cache without a window that would hold more than its capacity,
+            or positions of the wrong shape or negative.
+        TypeError: also for positions that are not an integer tensor.
 
     Shape:
-        x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
+        x_new: (B, t, d); padding_mask: (B, t); positions: (t,) or (B, t) -> (B, t, d)
     """
     check_step(attn, x_new, cache, padding_mask)
-    return decode_step(attn, x_new, cache, padding_mask)
+    if positions is not None:
+        positions = check_new_positions(positions, x_new)
+    return decode_step(attn, x_new, cache, padding_mask, positions)
+
+
+def check_new_positions(positions, x_new: torch.Tensor) -> torch.Tensor:
+    """The new tokens' position ids, checked and shaped (B, t) long on ``x_new``'s device.
+
+    Raises:
+        TypeError: positions that are not an integer torch.Tensor.
+        ValueError: a shape other than (t,) or (B, t), or a negative id.
+
+    Shape:
+        positions: (t,) or (B, t); x_new: (B, t, d) -> (B, t)
+    """
+    B, t = x_new.size(0), x_new.size(1)
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be an integer torch.Tensor of shape (t,) or (B, t) = "
+                        f"({B}, {t}), one id per new token, got {type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be integers (position ids), got dtype "
+                        f"{positions.dtype}; convert with positions.long()")
+    if positions.shape not in ((t,), (B, t)):
+        raise ValueError(f"positions must have shape (t,) = ({t},) or (B, t) = ({B}, {t}), one "
+                         f"id per new token of x_new {tuple(x_new.shape)}, got "
+                         f"{tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be ids >= 0 (a token's place in its sequence or "
+                         f"document), got {int(positions.min())}")
+    return positions.to(device=x_new.device, dtype=torch.long).expand(B, t)
 
 
 def check_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
@@ -278,7 +327,8 @@ def check_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
     """The checks of :func:`cached_attention`: the errors it raises, before any work.
 
     Raises:
-        TypeError, ValueError: as :func:`cached_attention`.
+        TypeError, ValueError: as :func:`cached_attention` (its positions:
+            :func:`check_new_positions`).
     """
     check_supported(attn)
     # Any t: the cache, not the module's context length, decides how many tokens fit.
@@ -299,7 +349,8 @@ def check_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
 
 
 def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
-                padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+                padding_mask: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`cached_attention` without its checks: the hot path of :func:`generate`.
 
     A cached step is a few dozen small operations, each of which costs microseconds to
@@ -312,11 +363,12 @@ def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
     (:meth:`KVCache.append`).
 
     Shape:
-        x_new: (B, t, d); padding_mask: (B, t) -> (B, t, d)
+        x_new: (B, t, d); padding_mask: (B, t); positions: (B, t) long, checked -> (B, t, d)
     """
     t, start = x_new.size(1), cache.length
     q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
-    pos_new = cache.next_positions(padding_mask, t)  # (B, t): real tokens before each
+    pos_new = (cache.next_positions(padding_mask, t) if positions is None
+               else positions)  # (B, t): real tokens before each, or the ids given
     if attn.position == "rope":  # keys are cached rotated: only the new ones turn
         kw = {"base": attn.rope_base, "layout": attn.rope_layout, "scaling": attn.rope_scaling}
         q, k_new = apply_rope(q, pos_new, **kw), apply_rope(k_new, pos_new, **kw)
@@ -325,8 +377,9 @@ def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
         def alibi(key_pos):
             return attn.alibi(pos_new, key_pos, q)  # (B, h, t, L)
     if cache.window is not None:
-        return attn.merge(window_step(q, k_new, v_new, cache, padding_mask, pos_new, alibi))
-    cache.append(k_new, v_new, padding_mask, pos_new)
+        return attn.merge(window_step(q, k_new, v_new, cache, padding_mask, pos_new, alibi,
+                                      ids_given=positions is not None))
+    cache.append(k_new, v_new, padding_mask, pos_new, ids_given=positions is not None)
     L = cache.length
     k, v = cache.k[:, :, :L], cache.v[:, :, :L]  # (B, h_kv, L, d_h)
     bias = None if alibi is None else alibi(cache.positions[:, :L])  # (B, h, t, L)
@@ -388,7 +441,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Ten
 
 def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache: KVCache,
                 padding_mask: torch.Tensor | None, positions_new: torch.Tensor | None = None,
-                alibi: Callable | None = None) -> torch.Tensor:
+                alibi: Callable | None = None, *, ids_given: bool = False) -> torch.Tensor:
     """Sliding-window attention of ``t`` new tokens against the ring and each other.
 
     Prefill, one token and chunks are one computation: the keys are the ring's (at most W
@@ -397,7 +450,8 @@ def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache
     the new tokens are written, because writing them overwrites slots an early query of the
     chunk still needs. Slot r holds the latest position p < start with p % W == r.
     ``positions_new`` are the new tokens' position ids (stored with them); ``alibi`` maps the
-    keys' position ids (B, n + t) to ALiBi's bias (None: no bias).
+    keys' position ids (B, n + t) to ALiBi's bias (None: no bias); ``ids_given``: as
+    :meth:`KVCache.append`.
 
     Shape:
         q: (B, h, t, d_h), k_new, v_new: (B, h_kv, t, d_h); padding_mask: (B, t) or None;
@@ -419,7 +473,7 @@ def window_step(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, cache
     if alibi is not None:
         bias = alibi(torch.cat([cache.positions[:, :n], positions_new], dim=1))  # (B, h, t, n+t)
     out = attend(q, k, v, allowed, own_key_real=padding_mask is None, bias=bias)
-    cache.append(k_new, v_new, padding_mask, positions_new)
+    cache.append(k_new, v_new, padding_mask, positions_new, ids_given=ids_given)
     return out
 
 

@@ -119,10 +119,11 @@ class Block(nn.Module):
                 cache: KVCache | None = None, positions: torch.Tensor | None = None):
         """One block; with ``cache``, ``x`` holds only the new tokens (:meth:`TinyModel.step`).
 
-        ``positions`` go to the attention (RoPE, ALiBi); None: 0 .. T - 1."""
+        ``positions`` go to the attention (RoPE, ALiBi), and with ``cache`` into the cache
+        (:func:`attnbook.kv_cache.cached_attention`); None: 0 .. T - 1 (after the cached ones)."""
         weights = None
         if cache is not None:
-            a = cached_attention(self.attn, self.norm1(x), cache)  # (B, t, d)
+            a = cached_attention(self.attn, self.norm1(x), cache, positions=positions)  # (B, t, d)
         elif return_weights:  # the weights exist only on the explicit path
             a, weights = self.attn(self.norm1(x), positions=positions,
                                    return_weights=True)  # (B, T, d), (B, h, T, T)
@@ -178,6 +179,27 @@ class TinyModel(nn.Module):
             raise ValueError(f"token ids must be between 0 and vocab_size - 1 = {V - 1}, got "
                              f"values from {int(idx.min())} to {int(idx.max())}")
 
+    def check_positions(self, positions, idx: torch.Tensor) -> None:
+        """Refuse position ids that are not integers >= 0 of shape (T,) or (B, T) for ``idx``.
+
+        Raises:
+            TypeError: not an integer tensor.
+            ValueError: another shape, or a negative id.
+        """
+        B, T = idx.shape
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions must be an integer torch.Tensor of shape (T,) or (B, T) "
+                            f"= ({B}, {T}), got {type(positions).__name__}")
+        if positions.is_floating_point() or positions.is_complex() \
+                or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be integers, got dtype {positions.dtype}; convert "
+                            "with positions.long()")
+        if positions.shape not in ((T,), (B, T)):
+            raise ValueError(f"positions must have shape (T,) = ({T},) or (B, T) = ({B}, {T}), "
+                             f"one id per token, got {tuple(positions.shape)}")
+        if positions.numel() and int(positions.min()) < 0:
+            raise ValueError(f"positions must be ids >= 0, got {int(positions.min())}")
+
     def embed(self, idx: torch.Tensor, start: int = 0,
               positions: torch.Tensor | None = None) -> torch.Tensor:
         """Token vector plus the vector of its position (``start`` onwards, or ``positions``)
@@ -214,9 +236,8 @@ class TinyModel(nn.Module):
             tensors of shape (B, h, T, T).
         """
         self.check_ids(idx)
-        if positions is not None and (positions.is_floating_point()
-                                      or positions.dtype == torch.bool):
-            raise TypeError(f"positions must be integers, got dtype {positions.dtype}")
+        if positions is not None:
+            self.check_positions(positions, idx)
         x = self.embed(idx, positions=positions)  # (B, T, d)
         weights = []
         for block in self.blocks:
@@ -237,38 +258,53 @@ class TinyModel(nn.Module):
         """
         return [KVCache.for_module(block.attn, batch, window=window) for block in self.blocks]
 
-    def step(self, idx_new: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+    def step(self, idx_new: torch.Tensor, caches: list[KVCache],
+             positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the new tokens only, attending over each layer's cache (and extending it).
 
-        The new tokens sit at positions ``caches[0].length`` onwards.
+        The new tokens sit at positions ``caches[0].length`` onwards, or at ``positions``
+        (ids >= 0, (t,) or (B, t): packed rows, ids that restart), which every layer's cache
+        stores; ``forward(ids, positions=p)`` then equals a prefill and steps given the same
+        ids. Once given, give them on every step: without them RoPE and ALiBi continue from
+        the last id + 1 (:meth:`attnbook.KVCache.append`) but a position table counts the
+        cached tokens.
 
         Raises:
             ValueError: if the model has position embeddings and the new tokens would sit past
-                its ``context_length`` (a sliding-window cache does not lengthen the table).
+                its ``context_length`` (a sliding-window cache does not lengthen the table);
+                positions of the wrong shape or negative.
 
         Shape:
-            idx_new: (B, t) -> (B, t, V)
+            idx_new: (B, t); positions: (t,) or (B, t) -> (B, t, V)
         """
         self.check_ids(idx_new)
         start, t = caches[0].length, idx_new.size(1)
-        if self.positions is not None and start + t > self.config.context_length:
+        if positions is not None:
+            self.check_positions(positions, idx_new)
+            if self.positions is not None and positions.numel() \
+                    and int(positions.max()) >= self.config.context_length:
+                raise ValueError(
+                    f"position {int(positions.max())} does not exist: the model learned a table "
+                    f"of context_length={self.config.context_length} position vectors")
+        elif self.positions is not None and start + t > self.config.context_length:
             raise ValueError(
                 f"positions {start} .. {start + t - 1} do not exist: the model learned "
                 f"context_length={self.config.context_length} position vectors; generate at "
                 "most that many tokens, or use a model without a position table "
                 "(position='none', 'rope' or 'alibi')")
-        return self.decode(idx_new, caches)
+        return self.decode(idx_new, caches, positions)
 
-    def decode(self, idx_new: torch.Tensor, caches: list[KVCache]) -> torch.Tensor:
+    def decode(self, idx_new: torch.Tensor, caches: list[KVCache],
+               positions: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`step` without its checks of the ids and positions: :meth:`generate`'s hot path,
         for ids it made itself (an argmax is in range, and it checked the length once).
 
         Shape:
-            idx_new: (B, t) -> (B, t, V)
+            idx_new: (B, t); positions: (t,) or (B, t), checked -> (B, t, V)
         """
-        x = self.embed(idx_new, start=caches[0].length)  # (B, t, d)
+        x = self.embed(idx_new, start=caches[0].length, positions=positions)  # (B, t, d)
         for block, cache in zip(self.blocks, caches):
-            x = block(x, cache=cache)  # (B, t, d)
+            x = block(x, cache=cache, positions=positions)  # (B, t, d)
         return self.readout(self.norm(x))  # (B, t, V)
 
     @torch.no_grad()

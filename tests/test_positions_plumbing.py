@@ -1,0 +1,128 @@
+"""Position ids on the cached path, mask_mod on MultiHeadAttention, and the refusals of what was
+silently wrong (issue 37, section 3)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnbook import Attention, KVCache, MultiHeadAttention, TinyConfig, TinyModel
+from attnbook.kv_cache import cached_attention
+
+F64 = torch.float64
+CHUNKS = ((0, 4), (4, 7), (7, 8), (8, 9), (9, 11))  # prefill, a chunk, single steps
+
+
+def module(kind, position, **kw):
+    torch.manual_seed(1)
+    if kind == "single":
+        return Attention(8, 16, position=position, **kw).double()
+    if kind == "gqa":
+        return MultiHeadAttention(8, 16, 4, n_kv_heads=2, position=position, **kw).double()
+    return MultiHeadAttention(8, 16, 2, position=position, **kw).double()
+
+
+def packed_ids(B):
+    """Position ids that restart per document (a packed row) and do not count real tokens."""
+    rows = [[0, 1, 2, 3, 0, 1, 2, 0, 1, 2, 3], [5, 6, 7, 8, 9, 0, 1, 2, 3, 4, 5]]
+    return torch.tensor(rows[:B])
+
+
+def run_cached(m, x, cache, pos, pm=None, chunks=CHUNKS):
+    outs = []
+    for a, b in chunks:
+        p = pos[..., a:b]
+        outs.append(cached_attention(m, x[:, a:b], cache, None if pm is None else pm[:, a:b],
+                                     positions=p))
+    return torch.cat(outs, dim=1)
+
+
+@pytest.mark.parametrize("kind", ["single", "multi", "gqa"])
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+@pytest.mark.parametrize("shape", ["(B, t)", "(t,)"])
+def test_cached_positions_equal_full_forward(kind, position, shape):
+    m = module(kind, position)
+    x = torch.randn(2, 11, 8, dtype=F64)
+    pos = packed_ids(2) if shape == "(B, t)" else packed_ids(1)[0]
+    full = m(x, positions=pos)
+    cache = KVCache.for_module(m, 2)
+    got = run_cached(m, x, cache, pos)
+    torch.testing.assert_close(got, full, rtol=1e-10, atol=1e-10)
+    assert cache.positions[:, :11].tolist() == pos.expand(2, 11).tolist()  # stored
+    # the ids matter: the default positions give another result
+    assert not torch.allclose(full, m(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi"])
+def test_cached_positions_with_padding_and_window(position):
+    m = module("gqa", position)
+    x = torch.randn(2, 11, 8, dtype=F64)
+    pm = torch.ones(2, 11, dtype=torch.bool)
+    pm[0, :2] = False
+    pos = packed_ids(2)
+    full = m(x, pm, positions=pos)
+    got = run_cached(m, x, KVCache.for_module(m, 2), pos, pm)
+    torch.testing.assert_close(got[pm], full[pm], rtol=1e-10, atol=1e-10)
+    # a window as wide as the sequence sees what the full cache sees
+    got_w = run_cached(m, x, KVCache.for_module(m, 2, window=16), pos, pm)
+    torch.testing.assert_close(got_w[pm], full[pm], rtol=1e-10, atol=1e-10)
+
+
+def test_a_step_without_ids_continues_after_the_last_given_id():
+    m = module("multi", "rope")
+    x = torch.randn(2, 6, 8, dtype=F64)
+    cache = KVCache.for_module(m, 2)
+    cached_attention(m, x[:, :5], cache, positions=torch.tensor([3, 4, 0, 1, 2]))
+    assert cache.seen.tolist() == [3, 3]
+    last = cached_attention(m, x[:, 5:], cache)  # default: id 3
+    full = m(x, positions=torch.tensor([3, 4, 0, 1, 2, 3]))
+    torch.testing.assert_close(last, full[:, 5:], rtol=1e-10, atol=1e-10)
+    # with padding: the last REAL new token's id + 1 (pads do not move it)
+    cache = KVCache.for_module(m, 1)
+    pm = torch.tensor([[True, True, False]])
+    cached_attention(m, x[:1, :3], cache, pm, positions=torch.tensor([7, 8, 0]))
+    assert cache.seen.tolist() == [9]
+
+
+@pytest.mark.parametrize("bad, error, match", [
+    (torch.tensor([0.0, 1.0, 2.0]), TypeError, "integers"),
+    (torch.tensor([True, False, True]), TypeError, "integers"),
+    ([0, 1, 2], TypeError, "torch.Tensor"),
+    (torch.arange(4), ValueError, r"\(t,\) = \(3,\)"),
+    (torch.zeros(3, 3, dtype=torch.long), ValueError, r"\(B, t\) = \(2, 3\)"),
+    (torch.tensor([0, -1, 2]), ValueError, ">= 0"),
+])
+def test_cached_positions_refused_naming_what_was_expected(bad, error, match):
+    m = module("multi", "rope")
+    cache = KVCache.for_module(m, 2)
+    with pytest.raises(error, match=match):
+        cached_attention(m, torch.randn(2, 3, 8, dtype=F64), cache, positions=bad)
+    assert cache.length == 0  # refused before anything was stored
+
+
+@pytest.mark.parametrize("position", ["rope", "alibi", "learned", "sinusoidal"])
+def test_tiny_model_steps_with_positions_equal_forward(position):
+    torch.manual_seed(0)
+    cfg = TinyConfig(vocab_size=11, context_length=16, d_model=8, n_heads=2, n_kv_heads=1,
+                     position=position)
+    model = TinyModel(cfg).double().eval()
+    idx = torch.randint(0, 11, (2, 11))
+    pos = packed_ids(2)
+    full = model(idx, positions=pos)
+    caches = model.new_caches(2)
+    got = torch.cat([model.step(idx[:, a:b], caches, positions=pos[:, a:b])
+                     for a, b in CHUNKS], dim=1)
+    torch.testing.assert_close(got, full, rtol=1e-9, atol=1e-9)
+
+
+def test_tiny_model_positions_refused():
+    model = TinyModel(TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2))
+    idx = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=">= 0"):
+        model(idx, positions=torch.tensor([0, -1, 1]))
+    with pytest.raises(ValueError, match=r"\(T,\) = \(3,\)"):
+        model(idx, positions=torch.arange(4))
+    with pytest.raises(TypeError, match="integers"):
+        model.step(idx, model.new_caches(1), positions=torch.zeros(3))
+    with pytest.raises(ValueError, match="context_length=8"):
+        model.step(idx, model.new_caches(1), positions=torch.tensor([0, 1, 8]))
