@@ -99,9 +99,9 @@ def test_mask_mod_agrees_on_tiled_explicit_module_and_flex(name):
     if causal:  # the module materialises the mask_mod and ANDs it with its causal buffer
         torch.testing.assert_close(module.attend(q, k, v, mask_mod=mod)[0], flex,
                                    rtol=1e-10, atol=1e-10)
-    else:  # ... so prefix-LM's bidirectional prefix is cut back to causal there
-        torch.testing.assert_close(module.attend(q, k, v, mask_mod=mod)[0],
-                                   module.attend(q, k, v)[0], rtol=0, atol=0)
+    else:  # ... which would cut prefix-LM's bidirectional prefix back to causal: refused
+        with pytest.raises(ValueError, match="plain causal attention"):
+            module.attend(q, k, v, mask_mod=mod)
 
 
 def _score_mods():

@@ -126,3 +126,92 @@ def test_tiny_model_positions_refused():
         model.step(idx, model.new_caches(1), positions=torch.zeros(3))
     with pytest.raises(ValueError, match="context_length=8"):
         model.step(idx, model.new_caches(1), positions=torch.tensor([0, 1, 8]))
+
+
+# --- mask_mod on MultiHeadAttention.forward ------------------------------------------------
+
+def test_mha_mask_mod_equals_attention_with_one_head():
+    from attnbook.masks import sliding_window_mod
+
+    torch.manual_seed(0)
+    one = Attention(8, 16).double()
+    mha = MultiHeadAttention(8, 16, 1).double()
+    for name in ("query", "key", "value"):
+        getattr(mha, name).weight.data.copy_(getattr(one, name).weight)
+    mha.out.weight.data.copy_(torch.eye(8, dtype=F64))
+    x = torch.randn(2, 9, 8, dtype=F64)
+    pm = torch.ones(2, 9, dtype=torch.bool)
+    pm[1, :2] = False
+    mod = sliding_window_mod(3)
+    want = one(x, pm, mask_mod=mod)
+    torch.testing.assert_close(mha(x, pm, mask_mod=mod), want, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(want, one(x, pm))  # the mask_mod changed something
+
+
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kv", [None, 2])
+def test_mha_mask_mod_equals_an_explicit_mask(fused, kv):
+    from attnbook.masks import document_mod
+    from attnbook.softmax import masked_softmax
+
+    torch.manual_seed(0)
+    m = MultiHeadAttention(8, 16, 4, n_kv_heads=kv, fused=fused, position="rope").double()
+    x = torch.randn(2, 10, 8, dtype=F64)
+    pm = torch.ones(2, 10, dtype=torch.bool)
+    pm[0, 7] = False
+    ids = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2])
+
+    def per_head(b, h, q_idx, kv_idx):  # head 0 also sees only the last 2 keys: per-head
+        return (h != 0) | (q_idx - kv_idx < 2)
+
+    from attnbook.masks import and_mods
+    mod = and_mods(document_mod(ids), per_head)
+    got, w = m(x, pm, mask_mod=mod, return_weights=True)
+    torch.testing.assert_close(m(x, pm, mask_mod=mod), got, rtol=1e-12, atol=1e-12)
+    # the explicit mask, built by hand: causal, real keys, same document, head 0's window
+    i, j = torch.arange(10)[:, None], torch.arange(10)[None, :]
+    allowed = (j <= i) & (ids[:, None] == ids[None, :])  # (T, T)
+    allowed = allowed[None, None] & pm[:, None, None, :]  # (B, 1, T, T)
+    heads = torch.arange(4)[None, :, None, None]
+    allowed = allowed & ((heads != 0) | (i - j < 2))  # (B, h, T, T)
+    q, k, v = m.project_heads(x)
+    q, k, _ = m.with_positions(q, k, pm)
+    if kv:
+        k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    s = q @ k.transpose(-2, -1) / m.d_head ** 0.5
+    weights = masked_softmax(s, ~allowed)
+    torch.testing.assert_close(w, weights, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got, m.merge(weights @ v), rtol=1e-12, atol=1e-12)
+
+
+# --- refusals ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda: Attention(8, 16), lambda: MultiHeadAttention(8, 16, 2),
+                                  lambda: MultiHeadAttention(8, 16, 2, fused=True)])
+def test_prefix_mod_refused_where_the_causal_mask_is_anded_in(make):
+    from attnbook.masks import and_mods, padding_mod, prefix_mod
+
+    m = make()
+    x = torch.randn(1, 8, 8)
+    with pytest.raises(ValueError, match="plain causal attention") as err:
+        m(x, mask_mod=prefix_mod(4))
+    assert "prefix would be lost" in str(err.value) and "flex_attention" in str(err.value)
+    combined = and_mods(prefix_mod(4), padding_mod(torch.ones(1, 8, dtype=torch.bool)))
+    with pytest.raises(ValueError, match="prefix"):
+        m(x, mask_mod=combined)  # a combination that keeps the prefix is refused too
+    # prefix_mod(0) and prefix_mod(1) are the causal mask itself: nothing is lost, accepted
+    for n in (0, 1):
+        torch.testing.assert_close(m(x, mask_mod=prefix_mod(n)), m(x))
+
+
+def test_prefix_mod_still_works_where_nothing_ands_causal_in():
+    from attnbook.masks import materialize, prefix_mod
+    from attnbook.online import tiled_attention
+
+    grid = materialize(prefix_mod(3), 5, 5)[0, 0]
+    assert grid[0, 2] and not grid[0, 3] and grid[4].all()  # query 0 sees the whole prefix
+    q, k, v = (torch.randn(1, 1, 6, 4, dtype=F64) for _ in range(3))
+    out = tiled_attention(q, k, v, mask_mod=prefix_mod(3), causal=False, block_size=2)
+    s = (q @ k.transpose(-2, -1) / 2).masked_fill(~materialize(prefix_mod(3), 6, 6),
+                                                  float("-inf"))
+    torch.testing.assert_close(out, s.softmax(-1) @ v)

@@ -7,7 +7,7 @@ from torch import nn
 
 from .checks import check_input, check_padding_mask
 from .fused import fused_attention, repeat_kv
-from .masks import blocked_positions, causal_mask, materialize
+from .masks import blocked_positions, causal_mask, check_not_lost_to_causal, materialize
 from .positions import (
     alibi_bias_from_positions,
     alibi_slopes,
@@ -172,6 +172,9 @@ class Attention(nn.Module):
             mask_mod: a mask function ``mask_mod(b, h, q_idx, kv_idx)``, True = MAY attend
                 (FlexAttention's convention, chapter 21), materialised and AND-ed with the
                 causal buffer and the padding; it takes the explicit steps. None: as before.
+                A mask_mod that lets queries see later keys on purpose (``prefix_mod``, marked
+                ``bidirectional``) is refused with a ValueError: the AND would silently give
+                plain causal attention.
             positions: integer positions (T,) or (B, T) for RoPE or ALiBi; None gives the
                 default (0 .. T - 1, skipping pads). Unused with ``position="none"``.
             return_weights: also return the attention weights (for plots and checks).
@@ -257,6 +260,8 @@ class Attention(nn.Module):
         if mask_mod is not None:  # chapter 21: the mask as a function, True = may attend
             h = q.size(1) if q.dim() == 4 else 1
             allowed = materialize(mask_mod, T, T, q.size(0), h, q.device)  # (B, h, T, T)
+            check_not_lost_to_causal(mask_mod, allowed, self.mask[:T, :T],
+                                     f"{type(self).__name__}")  # prefix_mod: refused
             blocked = blocked | ~(allowed if scores.dim() == 4 else allowed[:, 0])
         # Half inputs give float32 scores and weights; the weights meet v in v's dtype.
         weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)

@@ -234,13 +234,18 @@ def prefix_mod(n: int) -> MaskMod:
         n: the prefix length, at least 0 (0 gives the causal mask).
 
     Returns:
-        A mask_mod, True = may attend.
+        A mask_mod, True = may attend. It carries ``bidirectional = True``: a module that ANDs
+        its causal mask with a mask_mod (``Attention.forward(mask_mod=...)``) refuses it, since
+        the AND would give back plain causal attention (:func:`check_not_lost_to_causal`).
+        Use it with FlexAttention, ``tiled_attention(..., causal=False)`` or
+        :func:`materialize`.
     """
     n = check_whole_number("prefix_mod's prefix length n", n, minimum=0)
 
     def prefix(b, h, q_idx, kv_idx):
         return (kv_idx < n) | (q_idx >= kv_idx)
 
+    prefix.bidirectional = True  # lets queries see later keys on purpose
     return prefix
 
 
@@ -343,6 +348,7 @@ def and_mods(*mods: MaskMod) -> MaskMod:
             out = out & mod(b, h, q_idx, kv_idx)
         return out
 
+    _mark_bidirectional(intersection, mods)
     return intersection
 
 
@@ -356,6 +362,7 @@ def or_mods(*mods: MaskMod) -> MaskMod:
             out = out | mod(b, h, q_idx, kv_idx)
         return out
 
+    _mark_bidirectional(union, mods)
     return union
 
 
@@ -367,6 +374,44 @@ def not_mod(mod: MaskMod) -> MaskMod:
         return ~mod(b, h, q_idx, kv_idx)
 
     return complement
+
+
+def _mark_bidirectional(combined, mods) -> None:
+    if any(getattr(m, "bidirectional", False) for m in mods):
+        combined.bidirectional = True
+
+
+def check_not_lost_to_causal(mask_mod, allowed: torch.Tensor, causal_blocked: torch.Tensor,
+                             where: str = "this module") -> None:
+    """Refuse a bidirectional mask_mod (``prefix_mod``) whose future keys a causal AND would drop.
+
+    A mask_mod marked ``bidirectional = True`` (:func:`prefix_mod`, and ``and_mods`` /
+    ``or_mods`` of one) means some queries should see later keys. AND-ed with the causal mask
+    those entries are blocked again and the result is plain causal attention, silently. This
+    raises when ``allowed`` has an entry the causal mask blocks; a marked mod that allows no
+    such entry here (``prefix_mod(0)`` or ``prefix_mod(1)``: the same as causal) passes.
+
+    Raises:
+        ValueError: saying what would be lost and what to use instead.
+
+    Shape:
+        allowed: (..., T_q, T_k) bool, True = may attend; causal_blocked: (T_q, T_k), True =
+        blocked
+    """
+    if not getattr(mask_mod, "bidirectional", False):
+        return
+    lost = allowed & causal_blocked
+    if bool(lost.any()):
+        i, j = lost.nonzero()[0].tolist()[-2:]
+        name = getattr(mask_mod, "__name__", type(mask_mod).__name__)
+        raise ValueError(
+            f"mask_mod {name!r} lets queries see later keys (query {i} may attend to key {j}; a "
+            f"prefix-LM mask), but {where} ANDs every mask_mod with its causal mask, so those "
+            "keys would be blocked again and the result would be plain causal attention: the "
+            "prefix would be lost silently. Compute a bidirectional mask with FlexAttention "
+            "(create_block_mask + flex_attention), tiled_attention(..., causal=False) or "
+            "materialize(mask_mod, T, T) and your own masked softmax (chapter 21); pass this "
+            "module only causal mask_mods")
 
 
 def check_mask_mod(mask_mod, name: str = "mask_mod") -> None:

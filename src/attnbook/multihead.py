@@ -112,6 +112,7 @@ class MultiHeadAttention(Attention):
         x: torch.Tensor,
         padding_mask: torch.Tensor | None = None,
         *,
+        mask_mod=None,
         positions: torch.Tensor | None = None,
         return_weights: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -120,6 +121,10 @@ class MultiHeadAttention(Attention):
         Args:
             x: token vectors.
             padding_mask: True for real tokens, False for padding; None if all are real.
+            mask_mod: ``mask_mod(b, h, q_idx, kv_idx)``, True = may attend, evaluated per head
+                and AND-ed with the causal buffer and the padding, as in
+                :meth:`attnbook.Attention.forward` (explicit steps, also with ``fused=True``;
+                ``prefix_mod`` is refused). None: as before.
             positions: integer positions (T,) or (B, T) for RoPE or ALiBi (see
                 :class:`attnbook.Attention`); None: 0 .. T - 1, skipping pads.
             return_weights: also return every head's attention weights.
@@ -138,7 +143,7 @@ class MultiHeadAttention(Attention):
         q, k, bias = self.with_positions(q, k, padding_mask, positions)  # bias (B?, h, T, T)
         # The fused kernel never forms the weights: asking for them takes the explicit path.
         fused = self.fused and not return_weights
-        heads, weights = self.attend(q, k, v, padding_mask, fused=fused,
+        heads, weights = self.attend(q, k, v, padding_mask, fused=fused, mask_mod=mask_mod,
                                      bias=bias)  # (B, h, T, d_h), ...
         out = self.merge(heads)  # (B, T, d)
         return (out, weights) if return_weights else out
