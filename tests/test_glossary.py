@@ -45,7 +45,7 @@ NOT_TERMS_CAPS = {
     "H100", "A100", "T4", "SXM4", "SXM5", "MiB", "KiB", "GiB", "GB", "TB", "MB", "KB", "TFLOP",
     "MFLOP", "GFLOP",
     # models, papers and serving systems named as examples
-    "GPT", "BERT", "RoPE", "ALiBi", "vLLM",
+    "GPT", "BERT", "RoPE", "ALiBi", "vLLM", "StreamingLLM",
     "RoFormer", "BLOOM", "MPT",
     # logical operators and standards written in capitals
     "AND", "OR", "NOT", "IEEE",
@@ -71,6 +71,7 @@ NOT_TERMS_EMPHASIS = {
     # stress on an ordinary word
     "soft", "set", "equals", "right", "strict", "queries", "within one row", "not symmetric",
     "additive", "drops", "adds", "apart", "rows", "some", "real token", "true may attend",
+    "in the cache", "answer", "asynchronously", "synchronise", "already rotated", "positive",
     # run-in labels of lists (readers, test advice, the cases of a table)
     "getting started", "instructors", "learners", "practitioners", "test a symmetry",
     "test padding invariance", "test the gradients", "test the interfaces",
