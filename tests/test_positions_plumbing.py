@@ -215,3 +215,40 @@ def test_prefix_mod_still_works_where_nothing_ands_causal_in():
     s = (q @ k.transpose(-2, -1) / 2).masked_fill(~materialize(prefix_mod(3), 6, 6),
                                                   float("-inf"))
     torch.testing.assert_close(out, s.softmax(-1) @ v)
+
+
+def test_alibi_without_a_causal_mask_warns_and_the_symmetric_form_does_not():
+    from attnbook.masks import (
+        causal_mod,
+        materialize,
+        prefix_mod,
+        sliding_window_mod,
+        symmetric_alibi_mod,
+    )
+    from attnbook.online import tiled_attention
+    from attnbook.positions import alibi_score_mod, alibi_slopes
+
+    slopes = alibi_slopes(2, F64)
+    q, k, v = (torch.randn(1, 2, 6, 4, dtype=F64) for _ in range(3))
+    alibi = alibi_score_mod(slopes)
+    for mask_mod in (None, prefix_mod(3)):  # later keys visible: ALiBi favours them
+        with pytest.warns(UserWarning, match="later keys are favoured"):
+            tiled_attention(q, k, v, mask_mod=mask_mod, score_mod=alibi, causal=False,
+                            block_size=2)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # causal, or a causal mask_mod, or symmetric: silent
+        tiled_attention(q, k, v, score_mod=alibi, block_size=2)
+        for mod in (causal_mod, sliding_window_mod(3)):
+            tiled_attention(q, k, v, mask_mod=mod, score_mod=alibi, causal=False, block_size=2)
+        out = tiled_attention(q, k, v, score_mod=symmetric_alibi_mod(slopes), causal=False,
+                              block_size=2)
+    # the symmetric form: -m_h |i - j| both ways, equal to ALiBi on and below the diagonal
+    i, j = torch.arange(6)[:, None], torch.arange(6)[None, :]
+    bias = -slopes[:, None, None] * (i - j).abs()  # (h, T, T)
+    s = q @ k.transpose(-2, -1) / 2 + bias
+    torch.testing.assert_close(out, s.softmax(-1) @ v, rtol=1e-12, atol=1e-12)
+    assert bias[0, 0, 5] < 0  # a key 5 ahead is penalised, not favoured
+    assert materialize(causal_mod, 2, 2)[0, 0].tolist() == [[True, False], [True, True]]
+    with pytest.raises(ValueError, match="one slope per head"):
+        symmetric_alibi_mod(torch.ones(2, 2))

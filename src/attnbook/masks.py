@@ -17,6 +17,7 @@ return True where a query MAY attend (SDPA's convention, the opposite of the cau
 from __future__ import annotations
 
 import inspect
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -555,6 +556,74 @@ def relative_bias_mod(table: torch.Tensor) -> ScoreMod:
 
     relative_bias.derivative = derivative
     return relative_bias
+
+
+def symmetric_alibi_mod(slopes: torch.Tensor) -> ScoreMod:
+    """ALiBi for attention without a causal mask: ``score - m_h * |q_idx - kv_idx|``.
+
+    Causal ALiBi's ``-m_h (i - j)`` (:func:`attnbook.positions.alibi_score_mod`) is positive
+    for a later key (j > i): without a causal mask it favours the future, the more the further
+    ahead. The symmetric form penalises distance both ways (the bidirectional ALiBi of
+    encoders, e.g. MosaicBERT); on and below the diagonal it equals the causal form.
+
+    Args:
+        slopes: one positive slope per head, (h,) (:func:`attnbook.positions.alibi_slopes`).
+
+    Returns:
+        A score_mod; its ``.derivative`` with respect to the score is 1.
+    """
+    if not isinstance(slopes, torch.Tensor) or slopes.dim() != 1 or not slopes.is_floating_point():
+        raise ValueError(f"symmetric_alibi_mod's slopes must be a 1-D float tensor, one slope "
+                         f"per head (alibi_slopes(h)), got {getattr(slopes, 'shape', slopes)!r}")
+
+    def symmetric_alibi(score, b, h, q_idx, kv_idx):
+        m = slopes.to(device=score.device, dtype=score.dtype)[h]
+        return score - m * (q_idx - kv_idx).abs().to(score.dtype)
+
+    def derivative(score, b, h, q_idx, kv_idx):
+        return torch.ones_like(score)
+
+    symmetric_alibi.derivative = derivative
+    return symmetric_alibi
+
+
+def is_causal_alibi(score_mod) -> bool:
+    """Whether ``score_mod`` is causal ALiBi (:func:`attnbook.positions.alibi_score_mod`): it
+    carries ``causal_only = True`` or is that function's inner ``score_mod``."""
+    if getattr(score_mod, "causal_only", False):
+        return True
+    return getattr(score_mod, "__qualname__", "").startswith("alibi_score_mod.")
+
+
+def warn_alibi_without_causal(score_mod, mask_mod, causal: bool, T_q: int, T_k: int,
+                              where: str = "attention") -> bool:
+    """Warn when causal ALiBi meets a mask that lets a query see later keys.
+
+    ALiBi's ``-m_h (q_idx - kv_idx)`` is positive above the diagonal, so with ``causal=False``
+    and a mask_mod that allows some key j > i (or none at all) later keys are favoured. Returns
+    whether it warned. (An Attention module is always causal: it never warns there.)
+
+    Shape:
+        the mask_mod is evaluated on (1, 1, T_q, T_k) when it is marked ``bidirectional``
+        or unmarked; T_q, T_k: numbers of queries and keys
+    """
+    if causal or not is_causal_alibi(score_mod):
+        return False
+    future = True if mask_mod is None else bool(
+        (materialize(mask_mod, T_q, T_k) & causal_mask_rect(T_q, T_k)).any())
+    if future:
+        warnings.warn(
+            f"ALiBi's score_mod adds -m_h (q_idx - kv_idx) in {where} without a causal mask: "
+            "for a key after the query that is a bonus growing with the distance, so later "
+            "keys are favoured. Add the causal mask (causal=True or and_mods(causal_mod, ...)) "
+            "or, for bidirectional attention, use symmetric_alibi_mod(slopes): "
+            "-m_h |q_idx - kv_idx|", UserWarning, stacklevel=3)
+    return future
+
+
+def causal_mask_rect(T_q: int, T_k: int, device=None) -> torch.Tensor:
+    """True where key j lies after query i (j > i): the causal mask for T_q != T_k too."""
+    return torch.arange(T_k, device=device)[None, :] > torch.arange(T_q, device=device)[:, None]
 
 
 @dataclass(frozen=True)

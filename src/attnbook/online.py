@@ -39,6 +39,7 @@ from .masks import (
     mask_mod_values,
     mod_indices,
     padding_mod,
+    warn_alibi_without_causal,
 )
 
 NEG_INF = float("-inf")
@@ -213,6 +214,7 @@ def tile_plan(q: torch.Tensor, k: torch.Tensor, padding_mask: torch.Tensor | Non
         check_mask_mod(mask_mod)
     B, H = q.size(0), (q.size(1) if q.dim() == 4 else 1)
     T_q, T_k = q.size(-2), k.size(-2)
+    warn_alibi_without_causal(score_mod, mask_mod, causal, T_q, T_k, "tiled_attention")
     parts = [m for m in (mask_mod, causal_mod if causal else None,
                          padding_mod(padding_mask) if padding_mask is not None else None)
              if m is not None]
