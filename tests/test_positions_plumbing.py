@@ -252,3 +252,25 @@ def test_alibi_without_a_causal_mask_warns_and_the_symmetric_form_does_not():
     assert materialize(causal_mod, 2, 2)[0, 0].tolist() == [[True, False], [True, True]]
     with pytest.raises(ValueError, match="one slope per head"):
         symmetric_alibi_mod(torch.ones(2, 2))
+
+
+# --- partial rotary and rope types through the modules -------------------------------------
+
+@pytest.mark.parametrize("bad", [0, 3, 10, -2, 2.0, True, "4"])
+def test_wrong_rotary_dim_refused_naming_d_head(bad):
+    with pytest.raises(ValueError, match="d_head = 4"):
+        MultiHeadAttention(8, 16, 2, position="rope", rotary_dim=bad)
+    with pytest.raises(ValueError, match="d_head = 4"):
+        TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2, position="rope",
+                   rotary_dim=bad)
+    m = MultiHeadAttention(8, 16, 2, position="rope")
+    m.rotary_dim = bad  # a plain attribute, checked where it is used
+    with pytest.raises(ValueError, match="d_head = 4"):
+        m(torch.randn(1, 3, 8))
+
+
+def test_rotary_dim_needs_rope():
+    with pytest.raises(ValueError, match="position='rope'"):
+        Attention(8, 16, position="alibi", rotary_dim=4)
+    with pytest.raises(ValueError, match="position='rope'"):
+        TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2, rotary_dim=2)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from torch import nn
 
@@ -20,6 +22,9 @@ from .positions import (
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
+
+# apply_rope's keywords: seq_dim names the token axis explicitly where apply_rope takes it
+_ROPE_KEYWORDS = frozenset(inspect.signature(apply_rope).parameters)
 
 
 class Attention(nn.Module):
@@ -55,10 +60,16 @@ class Attention(nn.Module):
         ``rope_base``, ``rope_layout`` and ``rope_scaling``, a plain attribute that may be
         changed after training); ``"alibi"`` adds -m_h (i - j) to the scaled scores before
         masking (one head: m = alibi_slopes(1) = 1/256; ``alibi_slopes=`` chooses the slopes,
-        one positive float per head, kept as a plain attribute). Neither adds a parameter, so the
-        state_dict is the original module's. Positions default to 0 .. T - 1, skipping pads when a
-        padding mask is given (:func:`attnbook.positions.default_positions`);
-        ``forward(..., positions=p)`` overrides them.
+        one positive float per head, kept as a plain attribute). ``rotary_dim=r`` (an even
+        number <= d_head, a plain attribute checked at every forward) turns only the first r
+        features of each head (partial rotary, GPT-J's ``rotary_dim``; transformers'
+        ``partial_rotary_factor`` f is r = int(d_head * f)); ``rope_scaling`` also takes
+        transformers' dicts (``{"rope_type": "linear" | "dynamic" | "yarn" | "llama3" |
+        "default", ...}``, :func:`attnbook.positions.check_scaling`). None of these adds a
+        parameter, so the state_dict is the original module's. Positions default to
+        0 .. T - 1, skipping pads when a padding mask is given
+        (:func:`attnbook.positions.default_positions`); ``forward(..., positions=p)``
+        overrides them.
 
     Shape:
         x: (B, T, d_model) with T <= context_length; padding_mask: (B, T) bool
@@ -70,9 +81,13 @@ class Attention(nn.Module):
 
     def __init__(self, d_model: int, context_length: int, fused: bool = False,
                  position: str = "none", rope_base: float = 10000.0, rope_layout: str = "half",
-                 rope_scaling=None, *, alibi_slopes=None, _heads: int = 1):
+                 rope_scaling=None, *, alibi_slopes=None, rotary_dim: int | None = None,
+                 _heads: int = 1):
         super().__init__()
         check_position_args(position, rope_base, rope_layout, rope_scaling)
+        if rotary_dim is not None and position != "rope":
+            raise ValueError(f"rotary_dim={rotary_dim!r} turns features with RoPE: it needs "
+                             f"position='rope', got position={position!r}")
         alibi_slopes = check_alibi_slopes(alibi_slopes, _heads)
         if position == "rope" and _heads >= 1 and d_model % _heads == 0 \
                 and (d_model // _heads) % 2:
@@ -102,6 +117,9 @@ class Attention(nn.Module):
         self.position, self.rope_base, self.rope_layout = position, rope_base, rope_layout
         self.rope_scaling = rope_scaling
         self.alibi_slopes = alibi_slopes  # None: the paper's rule, alibi_slopes(h)
+        if position == "rope" and _heads >= 1 and d_model % _heads == 0:
+            check_rotary_dim(rotary_dim, d_model // _heads)
+        self.rotary_dim = rotary_dim  # None: every feature of each head turns
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, context_length={self.context_length}, fused={self.fused}"
@@ -128,9 +146,20 @@ class Attention(nn.Module):
         check_positions(positions, q)  # integers, (T,) or (B, T)
         positions = positions.to(q.device)
         if self.position == "rope":
-            kw = {"base": self.rope_base, "layout": self.rope_layout, "scaling": self.rope_scaling}
+            kw = self.rope_kwargs()
             return apply_rope(q, positions, **kw), apply_rope(k, positions, **kw), None
         return q, k, self.alibi(positions, positions, q)
+
+    def rope_kwargs(self) -> dict:
+        """The keywords of :func:`attnbook.positions.apply_rope` for this module's q and k:
+        base, layout, scaling, rotary_dim (checked: even, <= d_head) when set, and the token
+        axis ``seq_dim=-2`` named explicitly (q and k are (B, T, d) or (B, h, T, d_h))."""
+        kw = {"base": self.rope_base, "layout": self.rope_layout, "scaling": self.rope_scaling}
+        if self.rotary_dim is not None:
+            kw["rotary_dim"] = check_rotary_dim(self.rotary_dim, self.d_head)
+        if "seq_dim" in _ROPE_KEYWORDS:
+            kw["seq_dim"] = -2
+        return kw
 
     def alibi(self, q_positions: torch.Tensor, k_positions: torch.Tensor,
               q: torch.Tensor) -> torch.Tensor:
@@ -267,6 +296,22 @@ class Attention(nn.Module):
         weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)
         out = weighted_sum(weights, v)  # (B, T, d)
         return out, weights
+
+
+def check_rotary_dim(rotary_dim, d_head: int) -> int | None:
+    """``rotary_dim`` if it is None or an even integer 2 .. d_head; else ValueError naming both.
+
+    Partial rotary turns the first ``rotary_dim`` features of each head (pairs of them) and
+    leaves the rest as they are; ``rotary_dim = d_head`` is full RoPE.
+    """
+    if rotary_dim is None:
+        return None
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 \
+            or rotary_dim % 2 or rotary_dim > d_head:
+        raise ValueError(f"rotary_dim must be None or an even integer from 2 to d_head = "
+                         f"{d_head} (RoPE turns pairs of a head's first rotary_dim features), "
+                         f"got {rotary_dim!r}")
+    return rotary_dim
 
 
 def check_position_args(position, rope_base, rope_layout, rope_scaling) -> None:

@@ -370,7 +370,7 @@ def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
     pos_new = (cache.next_positions(padding_mask, t) if positions is None
                else positions)  # (B, t): real tokens before each, or the ids given
     if attn.position == "rope":  # keys are cached rotated: only the new ones turn
-        kw = {"base": attn.rope_base, "layout": attn.rope_layout, "scaling": attn.rope_scaling}
+        kw = attn.rope_kwargs()  # base, layout, scaling, rotary_dim, seq_dim
         q, k_new = apply_rope(q, pos_new, **kw), apply_rope(k_new, pos_new, **kw)
     alibi = None
     if attn.position == "alibi":  # -m_h (p_i - p_j) with the absolute position ids

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .attention import check_rotary_dim
 from .kv_cache import KVCache, cached_attention
 from .multihead import MultiHeadAttention
 from .positions import POSITION_SCHEMES, check_alibi_slopes, check_scaling, sinusoidal_table
@@ -43,8 +44,13 @@ class TinyConfig:
             ``position="learned"``, False ``position="none"`` (it overrides ``position`` when
             that is one of these two, and refuses any other); it is None after construction.
         rope_base, rope_scaling: RoPE's base and its scaling for long sequences (see
-            :func:`attnbook.positions.apply_rope`); each block's ``attn.rope_scaling`` may
-            also be changed after training.
+            :func:`attnbook.positions.apply_rope`; a tuple or transformers' dict,
+            ``{"rope_type": ...}``); each block's ``attn.rope_scaling`` may also be changed
+            after training.
+        rotary_dim: partial rotary (``position="rope"`` only): the first ``rotary_dim``
+            features of each head turn, the rest pass unrotated (GPT-J's ``rotary_dim``;
+            transformers' ``partial_rotary_factor`` f is rotary_dim = int(d_head * f)).
+            None: all of them.
         alibi_slopes: ALiBi's slopes, one positive float per head (None: the paper's rule,
             :func:`attnbook.positions.alibi_slopes`); each block's ``attn.alibi_slopes`` may
             also be changed.
@@ -64,8 +70,9 @@ class TinyConfig:
     n_kv_heads: int | None = None
     position: str = "learned"
     rope_base: float = 10000.0
-    rope_scaling: tuple | None = None
+    rope_scaling: tuple | dict | None = None
     alibi_slopes: tuple | None = None
+    rotary_dim: int | None = None
 
     def __post_init__(self) -> None:
         if self.positions is not None:  # the old flag: map it to the scheme it meant
@@ -90,6 +97,12 @@ class TinyConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.rotary_dim is not None:
+            if self.position != "rope":
+                raise ValueError(f"rotary_dim={self.rotary_dim!r} turns features with RoPE: it "
+                                 f"needs position='rope', got position={self.position!r}")
+            if self.d_model % self.n_heads == 0:  # else MultiHeadAttention names the divisors
+                check_rotary_dim(self.rotary_dim, self.d_model // self.n_heads)
 
 
 class Block(nn.Module):
@@ -109,7 +122,8 @@ class Block(nn.Module):
                                        fused=config.fused, n_kv_heads=config.n_kv_heads,
                                        position=inside, rope_base=config.rope_base,
                                        rope_scaling=config.rope_scaling,
-                                       alibi_slopes=config.alibi_slopes)
+                                       alibi_slopes=config.alibi_slopes,
+                                       rotary_dim=config.rotary_dim)
         self.mlp = None
         if config.mlp:
             self.norm2 = nn.LayerNorm(d)

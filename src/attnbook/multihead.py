@@ -41,6 +41,8 @@ class MultiHeadAttention(Attention):
             q and k (d_head must be even), ALiBi gives head h its slope ``alibi_slopes(h)[h]``.
         alibi_slopes: ALiBi's slopes, one positive float per head (None: the paper's rule,
             :func:`attnbook.positions.alibi_slopes`); a plain attribute, not in the state_dict.
+        rotary_dim: partial rotary, as in :class:`attnbook.Attention`: RoPE turns the first
+            ``rotary_dim`` features of every head (even, <= d_head); None: all of them.
 
     Mask conventions: those of :class:`attnbook.Attention` (``mask`` True = blocked,
     ``padding_mask`` True = real token).
@@ -60,10 +62,10 @@ class MultiHeadAttention(Attention):
     def __init__(self, d_model: int, context_length: int, n_heads: int, fused: bool = False,
                  n_kv_heads: int | None = None, position: str = "none",
                  rope_base: float = 10000.0, rope_layout: str = "half", rope_scaling=None,
-                 *, alibi_slopes=None):
+                 *, alibi_slopes=None, rotary_dim: int | None = None):
         super().__init__(d_model, context_length, fused=fused, position=position,
                          rope_base=rope_base, rope_layout=rope_layout, rope_scaling=rope_scaling,
-                         alibi_slopes=alibi_slopes, _heads=n_heads)
+                         alibi_slopes=alibi_slopes, rotary_dim=rotary_dim, _heads=n_heads)
         if n_heads < 1 or d_model % n_heads != 0:
             raise ValueError(
                 f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
