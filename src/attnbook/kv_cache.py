@@ -32,6 +32,11 @@ padding in the middle of a sequence is where the choice shows: distances then co
 tokens only.) ALiBi in a cached step uses the absolute distance p_i - p_j between the new
 query's and each cached key's position ids, stored beside the keys; the sliding-window cache
 keeps absolute positions too (a token at position 1000 is rotated by 1000, not by its slot).
+Static RoPE scalings (linear, YaRN, Llama 3) fix the frequencies, so the cache equals the full
+forward. Dynamic NTK scaling chooses its frequencies from the length it is called with: a
+cached key keeps the rotation of the step that appended it, so once the sequence passes the
+original context the cache and a full forward of the whole sequence differ (transformers'
+cache does the same); below it they agree.
 
 Every masked SDPA call here follows the library's empty-row rule (as :mod:`attnbook.fused`):
 a query that sees no real key outputs zeros, whatever a kernel does with an all-blocked row.
