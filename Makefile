@@ -100,7 +100,7 @@ triton36: install $(T36_STAMP)
 # Every lab run as in Colab: from a folder outside the repository, attnbook from a built wheel,
 # with Colab's own package versions (ipywidgets 7, its numpy and matplotlib, no Triton); one run.
 colab: install $(COLAB_STAMP)
-	$(BIN)/python -m pytest tests/test_colab_outside_repo.py
+	$(BIN)/python -m pytest -s tests/test_colab_outside_repo.py
 
 site: install-book assets
 	$(BIN)/jupyter-book build . --all -W -n --keep-going

@@ -225,7 +225,9 @@ def colab_runs(wheel_site, colab_python, tmp_path_factory) -> dict[str, dict]:
     start = time.perf_counter()
     results = _execute_all(wheel_site, base, colab_python)
     print(f"\n{len(results)} labs ran with Colab's versions in "
-          f"{time.perf_counter() - start:.0f} s")
+          f"{time.perf_counter() - start:.0f} s: " + ", ".join(
+              f"{name[:2]} {r['seconds']:.0f} s" + (" (retried)" if r.get("retried") else "")
+              for name, r in results.items() if "seconds" in r))
     return results
 
 
