@@ -274,3 +274,21 @@ def test_rotary_dim_needs_rope():
         Attention(8, 16, position="alibi", rotary_dim=4)
     with pytest.raises(ValueError, match="position='rope'"):
         TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2, rotary_dim=2)
+
+
+def test_partial_rotary_is_refused_until_apply_rope_takes_it():
+    """rotary_dim must not be dropped silently nor fail with a bare TypeError."""
+    import inspect
+
+    import torch
+
+    from attnbook import MultiHeadAttention
+    from attnbook.positions import apply_rope
+
+    m = MultiHeadAttention(16, 8, 2, position="rope", rotary_dim=4)
+    x = torch.randn(1, 5, 16)
+    if "rotary_dim" in inspect.signature(apply_rope).parameters:
+        assert m(x).shape == (1, 5, 16)
+    else:
+        with pytest.raises(NotImplementedError, match="rotary_dim=4"):
+            m(x)

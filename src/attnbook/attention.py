@@ -157,6 +157,11 @@ class Attention(nn.Module):
         kw = {"base": self.rope_base, "layout": self.rope_layout, "scaling": self.rope_scaling}
         if self.rotary_dim is not None:
             kw["rotary_dim"] = check_rotary_dim(self.rotary_dim, self.d_head)
+            if "rotary_dim" not in _ROPE_KEYWORDS:  # positions.apply_rope turns every feature
+                raise NotImplementedError(
+                    f"rotary_dim={self.rotary_dim}: partial rotary is not implemented yet "
+                    f"(attnbook.positions.apply_rope rotates all d_head = {self.d_head} "
+                    f"features); use rotary_dim=None")
         if "seq_dim" in _ROPE_KEYWORDS:
             kw["seq_dim"] = -2
         return kw
