@@ -276,19 +276,24 @@ def test_rotary_dim_needs_rope():
         TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2, rotary_dim=2)
 
 
-def test_partial_rotary_is_refused_until_apply_rope_takes_it():
-    """rotary_dim must not be dropped silently nor fail with a bare TypeError."""
-    import inspect
-
-    import torch
-
-    from attnbook import MultiHeadAttention
+def test_partial_rotary_through_the_module_turns_only_the_first_features():
+    """rotary_dim reaches apply_rope: the module equals one that rotates q[..., :r], k[..., :r]."""
     from attnbook.positions import apply_rope
 
-    m = MultiHeadAttention(16, 8, 2, position="rope", rotary_dim=4)
-    x = torch.randn(1, 5, 16)
-    if "rotary_dim" in inspect.signature(apply_rope).parameters:
-        assert m(x).shape == (1, 5, 16)
-    else:
-        with pytest.raises(NotImplementedError, match="rotary_dim=4"):
-            m(x)
+    torch.manual_seed(0)
+    m = MultiHeadAttention(16, 8, 2, position="rope", rotary_dim=4).double()
+    x = torch.randn(1, 5, 16, dtype=torch.float64)
+    q, k, v = (m.split_heads(f(x)) for f in (m.query, m.key, m.value))  # (1, 2, 5, 8)
+    pos = torch.arange(5)
+    q = torch.cat([apply_rope(q[..., :4], pos), q[..., 4:]], dim=-1)
+    k = torch.cat([apply_rope(k[..., :4], pos), k[..., 4:]], dim=-1)
+    s = (q @ k.mT) / 8 ** 0.5
+    s = s.masked_fill(torch.ones(5, 5, dtype=torch.bool).triu(1), float("-inf"))
+    want = m.out_proj(m.merge_heads(s.softmax(-1) @ v)) if hasattr(m, "out_proj") else None
+    got = m(x)
+    assert got.shape == (1, 5, 16)
+    if want is not None:
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-10)
+    full = MultiHeadAttention(16, 8, 2, position="rope").double()
+    full.load_state_dict(m.state_dict())
+    assert not torch.allclose(full(x), got)  # rotating all 8 features is another model

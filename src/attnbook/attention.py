@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import torch
 from torch import nn
 
@@ -16,15 +14,13 @@ from .positions import (
     apply_rope,
     check_alibi_slopes,
     check_positions,
+    check_rotary_dim,
     check_scaling,
     default_positions,
 )
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
-
-# apply_rope's keywords: seq_dim names the token axis explicitly where apply_rope takes it
-_ROPE_KEYWORDS = frozenset(inspect.signature(apply_rope).parameters)
 
 
 class Attention(nn.Module):
@@ -152,19 +148,10 @@ class Attention(nn.Module):
 
     def rope_kwargs(self) -> dict:
         """The keywords of :func:`attnbook.positions.apply_rope` for this module's q and k:
-        base, layout, scaling, rotary_dim (checked: even, <= d_head) when set, and the token
+        base, layout, scaling, rotary_dim (checked: None or even, <= d_head), and the token
         axis ``seq_dim=-2`` named explicitly (q and k are (B, T, d) or (B, h, T, d_h))."""
-        kw = {"base": self.rope_base, "layout": self.rope_layout, "scaling": self.rope_scaling}
-        if self.rotary_dim is not None:
-            kw["rotary_dim"] = check_rotary_dim(self.rotary_dim, self.d_head)
-            if "rotary_dim" not in _ROPE_KEYWORDS:  # positions.apply_rope turns every feature
-                raise NotImplementedError(
-                    f"rotary_dim={self.rotary_dim}: partial rotary is not implemented yet "
-                    f"(attnbook.positions.apply_rope rotates all d_head = {self.d_head} "
-                    f"features); use rotary_dim=None")
-        if "seq_dim" in _ROPE_KEYWORDS:
-            kw["seq_dim"] = -2
-        return kw
+        return {"base": self.rope_base, "layout": self.rope_layout, "scaling": self.rope_scaling,
+                "rotary_dim": check_rotary_dim(self.rotary_dim, self.d_head), "seq_dim": -2}
 
     def alibi(self, q_positions: torch.Tensor, k_positions: torch.Tensor,
               q: torch.Tensor) -> torch.Tensor:
@@ -301,22 +288,6 @@ class Attention(nn.Module):
         weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)
         out = weighted_sum(weights, v)  # (B, T, d)
         return out, weights
-
-
-def check_rotary_dim(rotary_dim, d_head: int) -> int | None:
-    """``rotary_dim`` if it is None or an even integer 2 .. d_head; else ValueError naming both.
-
-    Partial rotary turns the first ``rotary_dim`` features of each head (pairs of them) and
-    leaves the rest as they are; ``rotary_dim = d_head`` is full RoPE.
-    """
-    if rotary_dim is None:
-        return None
-    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 \
-            or rotary_dim % 2 or rotary_dim > d_head:
-        raise ValueError(f"rotary_dim must be None or an even integer from 2 to d_head = "
-                         f"{d_head} (RoPE turns pairs of a head's first rotary_dim features), "
-                         f"got {rotary_dim!r}")
-    return rotary_dim
 
 
 def check_position_args(position, rope_base, rope_layout, rope_scaling) -> None:

@@ -17,10 +17,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .attention import check_rotary_dim
 from .kv_cache import KVCache, cached_attention
 from .multihead import MultiHeadAttention
-from .positions import POSITION_SCHEMES, check_alibi_slopes, check_scaling, sinusoidal_table
+from .positions import (
+    POSITION_SCHEMES,
+    check_alibi_slopes,
+    check_rotary_dim,
+    check_scaling,
+    sinusoidal_table,
+)
 
 
 @dataclass

@@ -32,6 +32,21 @@ are added to the token vectors; ``"rope"`` and ``"alibi"`` act inside every atte
 
 ROPE_LAYOUTS = ("half", "interleaved")
 SCALINGS = ("interpolation", "ntk")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+"""transformers' ``rope_scaling["rope_type"]`` values that :func:`apply_rope` takes."""
+
+# Keys each rope type needs and may have (transformers' names); "rope_type" ("type" in older
+# configs) names the type. Unknown keys are refused: a misspelt key would be ignored silently.
+_ROPE_TYPE_KEYS = {
+    "default": ((), ()),
+    "linear": (("factor",), ()),
+    "dynamic": (("factor", "original_max_position_embeddings"), ()),
+    "yarn": (("factor", "original_max_position_embeddings"),
+             ("attention_factor", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
+              "truncate")),
+    "llama3": (("factor", "low_freq_factor", "high_freq_factor",
+                "original_max_position_embeddings"), ()),
+}
 
 
 def _check_d_h(d_h, what: str = "d_h") -> None:
@@ -47,16 +62,92 @@ def _check_layout(layout) -> None:
                          f"GPT-J), got {layout!r}")
 
 
+def _positive(value) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
+
+
 def check_scaling(scaling) -> None:
-    """ValueError unless ``scaling`` is None, ("interpolation", s) or ("ntk", s) with s > 0."""
+    """ValueError unless ``scaling`` is a RoPE scaling :func:`apply_rope` takes.
+
+    That is None; a tuple ``("interpolation", s)`` or ``("ntk", s)`` with s > 0; or a dict in
+    transformers' ``rope_scaling`` format whose ``"rope_type"`` (``"type"`` in older configs) is
+    one of :data:`ROPE_TYPES`, with the keys that type needs (``factor`` >= 1 for the scaled
+    types, ``original_max_position_embeddings`` the training length L for ``dynamic``, ``yarn``
+    and ``llama3``, ``low_freq_factor`` < ``high_freq_factor`` for ``llama3``) and no others.
+    """
     if scaling is None:
         return
+    if isinstance(scaling, dict):
+        _check_rope_dict(scaling)
+        return
     ok = (isinstance(scaling, (tuple, list)) and len(scaling) == 2 and scaling[0] in SCALINGS
-          and isinstance(scaling[1], (int, float)) and not isinstance(scaling[1], bool)
-          and math.isfinite(scaling[1]) and scaling[1] > 0)
+          and _positive(scaling[1]))
     if not ok:
         raise ValueError(f"scaling must be None, ('interpolation', s) or ('ntk', s) with a "
-                         f"factor s > 0, got {scaling!r}")
+                         f"factor s > 0, or a transformers rope_scaling dict "
+                         f"{{'rope_type': one of {ROPE_TYPES}, ...}}, got {scaling!r}")
+
+
+def _rope_type(scaling: dict) -> str:
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if "rope_type" in scaling and "type" in scaling and scaling["type"] != scaling["rope_type"]:
+        raise ValueError(f"rope_scaling names two types, rope_type={scaling['rope_type']!r} and "
+                         f"type={scaling['type']!r}: keep one")
+    return kind
+
+
+def _check_rope_dict(scaling: dict) -> None:
+    kind = _rope_type(scaling)
+    if kind not in _ROPE_TYPE_KEYS:
+        raise ValueError(f"rope_scaling['rope_type'] must be one of {ROPE_TYPES} (transformers' "
+                         f"names), got {kind!r} in {scaling!r}")
+    need, may = _ROPE_TYPE_KEYS[kind]
+    keys = set(scaling) - {"rope_type", "type"}
+    missing = [k for k in need if k not in keys]
+    if missing:
+        hint = (" (transformers takes L from the model config's max_position_embeddings when "
+                "the dict lacks it; here it must be given)"
+                if "original_max_position_embeddings" in missing else "")
+        raise ValueError(f"rope_scaling of type {kind!r} needs the keys {list(need)}; missing "
+                         f"{missing} in {scaling!r}{hint}")
+    extra = sorted(keys - set(need) - set(may))
+    if extra:
+        raise ValueError(f"rope_scaling of type {kind!r} takes the keys {list(need + may)}; "
+                         f"unknown {extra} in {scaling!r}")
+    for k in keys:
+        if k == "truncate":
+            if not isinstance(scaling[k], bool):
+                raise ValueError(f"rope_scaling['truncate'] must be True or False, got "
+                                 f"{scaling[k]!r}")
+        elif k in ("attention_factor", "mscale", "mscale_all_dim", "beta_fast", "beta_slow") \
+                and scaling[k] is None:
+            continue  # transformers' "not set"
+        elif not _positive(scaling[k]):
+            raise ValueError(f"rope_scaling[{k!r}] must be a positive finite number, got "
+                             f"{scaling[k]!r} in {scaling!r}")
+    if "factor" in keys and scaling["factor"] < 1:
+        raise ValueError(f"rope_scaling['factor'] stretches the context, so it must be >= 1, "
+                         f"got {scaling['factor']!r}")
+    if kind == "llama3" and not scaling["low_freq_factor"] < scaling["high_freq_factor"]:
+        raise ValueError(f"llama3 rope_scaling needs low_freq_factor < high_freq_factor, got "
+                         f"{scaling['low_freq_factor']!r} and {scaling['high_freq_factor']!r}")
+
+
+def check_rotary_dim(rotary_dim, d_head: int) -> int | None:
+    """``rotary_dim`` if it is None or an even integer 2 .. d_head; else ValueError naming both.
+
+    Partial rotary turns the first ``rotary_dim`` features of each head (pairs of them) and
+    leaves the rest as they are; ``rotary_dim = d_head`` is full RoPE.
+    """
+    if rotary_dim is None:
+        return None
+    if isinstance(rotary_dim, bool) or not isinstance(rotary_dim, int) or rotary_dim < 2 \
+            or rotary_dim % 2 or rotary_dim > d_head:
+        raise ValueError(f"rotary_dim must be None or an even integer from 2 to d_head = "
+                         f"{d_head} (RoPE turns pairs of a head's first rotary_dim features), "
+                         f"got {rotary_dim!r}")
+    return rotary_dim
 
 
 def rope_frequencies(d_h: int, base: float = 10000.0,
@@ -66,7 +157,7 @@ def rope_frequencies(d_h: int, base: float = 10000.0,
     Pair 0 turns by one radian per position; later pairs turn ever more slowly.
 
     Args:
-        d_h: head width (even).
+        d_h: head width (even); with partial rotary, the number of rotated features.
         base: the base of the geometric sequence (10000 in RoFormer and Llama 1/2).
         dtype: dtype of the result (computed in float64, then converted).
 
@@ -82,6 +173,103 @@ def rope_frequencies(d_h: int, base: float = 10000.0,
         raise ValueError(f"base must be a positive finite number, got {base!r}")
     c = torch.arange(d_h // 2, dtype=torch.float64)  # (d_h/2,)
     return (float(base) ** (-2.0 * c / d_h)).to(dtype)
+
+
+def rope_parameters(d_h: int, base: float = 10000.0, scaling=None, seq_len: int | None = None,
+                    dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, float]:
+    """RoPE's frequencies after a scaling, and the factor its cos and sin are multiplied by.
+
+    The library's counterpart of transformers' ``ROPE_INIT_FUNCTIONS[rope_type](config, device,
+    seq_len)`` (computed in float64; transformers computes in float32). With L the training
+    length (``original_max_position_embeddings``), s the ``factor`` and r = d_h:
+
+    * ``default``: θ_c = base ** (-2c / r); factor 1.
+    * ``linear`` (position interpolation): θ_c / s, every pair slowed alike.
+    * ``dynamic`` (dynamic NTK): for ``seq_len`` n > L the base becomes
+      base · (s n / L - (s - 1)) ** (r / (r - 2)); for n <= L the default frequencies. Pair 0
+      keeps θ_0 = 1 and every other pair slows, the slowest most.
+    * ``yarn`` (Peng et al., 2023): pairs that turn more than ``beta_fast`` (32) times within L
+      keep θ_c, pairs that turn fewer than ``beta_slow`` (1) times get θ_c / s, and a linear
+      ramp over the pair index mixes the two between; the factor ("attention temperature")
+      is 0.1 ln s + 1 unless ``attention_factor`` (or ``mscale``/``mscale_all_dim``) says
+      otherwise. It multiplies cos and sin, so a fully rotated head's scores grow by its square.
+    * ``llama3``: pairs whose wavelength 2π/θ_c is below L / ``high_freq_factor`` keep θ_c,
+      those above L / ``low_freq_factor`` get θ_c / s, and between them the weight on θ_c
+      goes linearly in L / wavelength from 0 to 1.
+    * the tuples ``("interpolation", s)`` and ``("ntk", s)``: θ_c / s, and the base multiplied
+      by s ** (r / (r - 2)) (static NTK-aware scaling; r = 2 has no base to scale).
+
+    Args:
+        d_h: number of rotated features r (the head width, or ``rotary_dim``), even.
+        base: RoPE's base (transformers' ``rope_theta``).
+        scaling: None, a tuple or a transformers ``rope_scaling`` dict (:func:`check_scaling`).
+        seq_len: the length the frequencies are for; only ``dynamic`` reads it (None: L).
+        dtype: of the frequencies.
+
+    Returns:
+        (θ, attention_factor): the frequencies, largest first, and a float.
+
+    Shape:
+        () -> ((d_h / 2,), float)
+    """
+    check_scaling(scaling)
+    theta = rope_frequencies(d_h, base, dtype=torch.float64)  # (r/2,)
+    factor = 1.0
+    if scaling is None:
+        pass
+    elif not isinstance(scaling, dict):
+        kind, s = scaling[0], float(scaling[1])
+        if kind == "interpolation":
+            theta = theta / s
+        elif d_h > 2:
+            theta = rope_frequencies(d_h, base * s ** (d_h / (d_h - 2)), dtype=torch.float64)
+    else:
+        kind = _rope_type(scaling)
+        s = float(scaling.get("factor", 1.0))
+        L = scaling.get("original_max_position_embeddings")
+        if kind == "linear":
+            theta = theta / s
+        elif kind == "dynamic":
+            n = L if seq_len is None else max(int(seq_len), L)
+            if n > L and d_h > 2:
+                new_base = base * ((s * n / L) - (s - 1)) ** (d_h / (d_h - 2))
+                theta = rope_frequencies(d_h, new_base, dtype=torch.float64)
+        elif kind == "yarn":
+            theta, factor = _yarn(theta, d_h, base, s, L, scaling)
+        elif kind == "llama3":
+            wavelength = 2 * math.pi / theta
+            lo, hi = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+            w = ((L / wavelength - lo) / (hi - lo)).clamp(0.0, 1.0)  # weight on θ_c
+            theta = w * theta + (1 - w) * theta / s
+    return theta.to(dtype), factor
+
+
+def _yarn(theta: torch.Tensor, r: int, base: float, s: float, L: int, scaling: dict):
+    """YaRN's frequencies and attention factor, as transformers' ``_compute_yarn_parameters``."""
+    attention_factor = scaling.get("attention_factor")
+    mscale, mscale_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+
+    def get_mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    if attention_factor is None:
+        attention_factor = (get_mscale(s, mscale) / get_mscale(s, mscale_all)
+                            if mscale and mscale_all else get_mscale(s))
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+
+    def pair_turning(turns):  # the (fractional) pair index that turns `turns` times within L
+        return r * math.log(L / (turns * 2 * math.pi)) / (2 * math.log(base))
+
+    low, high = pair_turning(beta_fast), pair_turning(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, r - 1)
+    if low == high:
+        high += 0.001  # as transformers: no division by zero
+    ramp = ((torch.arange(r // 2, dtype=torch.float64) - low) / (high - low)).clamp(0, 1)
+    # ramp 0: the fast pairs keep θ_c (extrapolate); ramp 1: the slow pairs get θ_c / s
+    return theta * (1 - ramp) + theta / s * ramp, float(attention_factor)
 
 
 def check_positions(positions, x: torch.Tensor) -> torch.Tensor:
@@ -113,60 +301,97 @@ def check_positions(positions, x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0,
-               layout: str = "half", *, scaling=None) -> torch.Tensor:
+               layout: str = "half", *, scaling=None, rotary_dim: int | None = None,
+               seq_dim: int | None = None) -> torch.Tensor:
     """Rotate each pair of features of the token at position p by the angle p·θ_c (RoPE).
 
     Applied to queries and keys (never values): the score of query m and key n then depends on
     the positions only through n - m, since <R_m q, R_n k> = <q, R_(n-m) k>. A rotation keeps
-    every vector's length, so the scores' scale (chapter 3) is unchanged.
+    every vector's length, so the scores' scale (chapter 3) is unchanged (YaRN's attention
+    factor is the one deliberate exception).
 
     Args:
         x: queries or keys, head width d_h even.
         positions: integer position of each token.
-        base: RoPE's base (:func:`rope_frequencies`).
-        layout: ``"half"`` pairs features (c, c + d_h/2); ``"interleaved"`` pairs (2c, 2c + 1).
-        scaling: for sequences longer than the training length. None; ``("interpolation", s)``
-            divides the positions by s (Chen et al., 2023); ``("ntk", s)`` multiplies the base by
-            s ** (d_h / (d_h - 2)) ("NTK-aware" scaling; d_h = 2 has no base to scale).
+        base: RoPE's base (:func:`rope_frequencies`; transformers' ``rope_theta``).
+        layout: ``"half"`` pairs features (c, c + r/2); ``"interleaved"`` pairs (2c, 2c + 1).
+        scaling: for sequences longer than the training length (:func:`rope_parameters`).
+            None; ``("interpolation", s)`` divides the positions by s (Chen et al., 2023);
+            ``("ntk", s)`` multiplies the base by s ** (r / (r - 2)) ("NTK-aware" scaling);
+            or a transformers ``rope_scaling`` dict of type ``"default"``, ``"linear"``,
+            ``"dynamic"`` (its length is max(positions) + 1 of this call), ``"yarn"`` or
+            ``"llama3"``.
+        rotary_dim: partial rotary: only the first r = ``rotary_dim`` features (even, <= d_h)
+            turn, with frequencies base ** (-2c / r), and the rest pass unchanged (GPT-J's
+            ``rotary_dim``, GPT-NeoX's ``rotary_pct`` and transformers'
+            ``partial_rotary_factor`` f, r = int(d_h · f)). None: r = d_h.
+        seq_dim: the token axis of x. None: -2, and a 4-D x whose axes 1 and 2 have the same
+            size (h == T: (B, h, T, d_h) or (B, T, h, d_h)?) is refused as ambiguous;
+            ``seq_dim=1`` takes transformers' (B, T, h, d_h) layout.
 
     Returns:
         The rotated x, in x's dtype. The angles are computed in float32, or float64 when x is
         float64 (half inputs are rotated in float32 and converted back).
 
     Raises:
-        ValueError: for an odd d_h, positions of the wrong shape, an unknown layout or scaling.
+        ValueError: for an odd d_h or rotary_dim, positions of the wrong shape, an unknown
+            layout or scaling, or an ambiguous 4-D x.
         TypeError: for positions that are not integers or x that is not floating point.
 
     Shape:
         x: (..., T, d_h); positions: (T,), or (B, T) with x (B, T, d_h) or (B, h, T, d_h)
-        -> same as x
+        -> same as x (with ``seq_dim``, T is x.size(seq_dim))
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"x must be a floating-point tensor (..., T, d_h), got "
                         f"{getattr(x, 'dtype', type(x).__name__)}")
     if x.dim() < 2:
         raise ValueError(f"x must have shape (..., T, d_h), got {tuple(x.shape)}")
+    if seq_dim is None:
+        if x.dim() == 4 and x.size(1) == x.size(2) > 1:
+            raise ValueError(f"x of shape {tuple(x.shape)} is ambiguous: (B, h, T, d_h) or "
+                             f"(B, T, h, d_h) with h == T = {x.size(1)}? Name the token axis: "
+                             f"seq_dim=-2 for (B, h, T, d_h), seq_dim=1 for (B, T, h, d_h)")
+        seq_dim = -2
+    if isinstance(seq_dim, bool) or not isinstance(seq_dim, int) \
+            or not -x.dim() <= seq_dim < x.dim() or seq_dim % x.dim() == x.dim() - 1:
+        raise ValueError(f"seq_dim must be an axis of x other than the last (features), "
+                         f"-{x.dim()} .. {x.dim() - 2}, got {seq_dim!r} for x "
+                         f"{tuple(x.shape)}")
+    if seq_dim % x.dim() != x.dim() - 2:  # rotate with the tokens on axis -2, then move back
+        out = apply_rope(x.movedim(seq_dim, -2), positions, base, layout, scaling=scaling,
+                         rotary_dim=rotary_dim, seq_dim=-2)
+        return out.movedim(-2, seq_dim).contiguous()
     d_h = x.size(-1)
     _check_d_h(d_h, what=f"d_h (x.size(-1), x has shape {tuple(x.shape)})")
+    r = d_h if rotary_dim is None else check_rotary_dim(rotary_dim, d_h)
     _check_layout(layout)
     check_scaling(scaling)
     pos = check_positions(positions, x)  # (T, 1), (B, T, 1) or (B, 1, T, 1)
     dt = torch.float64 if x.dtype == torch.float64 else torch.float32
     pos = pos.to(dt)
-    if scaling is not None and scaling[0] == "ntk" and d_h > 2:
-        base = base * float(scaling[1]) ** (d_h / (d_h - 2))
-    if scaling is not None and scaling[0] == "interpolation":
+    if isinstance(scaling, tuple | list) and scaling[0] == "interpolation":
         pos = pos / float(scaling[1])
-    theta = rope_frequencies(d_h, base, dtype=dt).to(x.device)  # (d_h/2,)
-    angle = pos * theta  # (..., T, d_h/2)
+        theta, factor = rope_frequencies(r, base, dtype=dt), 1.0
+    else:
+        seq_len = None
+        if isinstance(scaling, dict) and _rope_type(scaling) == "dynamic":
+            seq_len = int(positions.max()) + 1 if positions.numel() else 0
+        theta, factor = rope_parameters(r, base, scaling, seq_len, dtype=dt)
+    angle = pos * theta.to(x.device)  # (..., T, r/2)
     cos, sin = angle.cos(), angle.sin()
+    if factor != 1.0:  # YaRN's attention factor multiplies cos and sin (transformers' way)
+        cos, sin = cos * factor, sin * factor
     xf = x.to(dt)
+    xr, rest = xf[..., :r], xf[..., r:]
     if layout == "half":
-        a, b = xf[..., : d_h // 2], xf[..., d_h // 2:]  # pair c: (c, c + d_h/2)
+        a, b = xr[..., : r // 2], xr[..., r // 2:]  # pair c: (c, c + r/2)
         out = torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
     else:
-        a, b = xf[..., 0::2], xf[..., 1::2]  # pair c: (2c, 2c + 1)
+        a, b = xr[..., 0::2], xr[..., 1::2]  # pair c: (2c, 2c + 1)
         out = torch.stack([a * cos - b * sin, a * sin + b * cos], dim=-1).flatten(-2)
+    if r < d_h:
+        out = torch.cat([out, rest], dim=-1)
     # contiguous: elementwise ops may keep an odd stride order (last stride != 1 for d_h = 2),
     # which SDPA's CPU flash kernel refuses
     return out.to(x.dtype).contiguous()

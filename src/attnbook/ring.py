@@ -121,7 +121,8 @@ def rotate_shard(q: torch.Tensor, k: torch.Tensor, T: int, rank: int, world: int
         q, k: (B, 2c, d) or (B, h, 2c, d_h) -> same
     """
     pos = shard_positions(T, rank, world, layout, device=q.device)  # (2c,)
-    return (apply_rope(q, pos, base, rope_layout), apply_rope(k, pos, base, rope_layout))
+    return (apply_rope(q, pos, base, rope_layout, seq_dim=-2),
+            apply_rope(k, pos, base, rope_layout, seq_dim=-2))
 
 
 def shard_inputs(q, k, v, padding_mask, rank: int, world: int, layout: str = "zigzag"):
