@@ -36,7 +36,9 @@ Static RoPE scalings (linear, YaRN, Llama 3) fix the frequencies, so the cache e
 forward. Dynamic NTK scaling chooses its frequencies from the length it is called with: a
 cached key keeps the rotation of the step that appended it, so once the sequence passes the
 original context the cache and a full forward of the whole sequence differ (transformers'
-cache does the same); below it they agree.
+cache does the same); below it they agree. Both are pinned by
+tests/test_rope_types.py (``test_dynamic_ntk_cache_differs_from_full_forward_past_L_only`` and
+``test_static_types_and_partial_rotary_cache_and_fused_equal_full``).
 
 Every masked SDPA call here follows the library's empty-row rule (as :mod:`attnbook.fused`):
 a query that sees no real key outputs zeros, whatever a kernel does with an all-blocked row.
