@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import threading
+import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -178,6 +179,45 @@ SUMMARY: dict = {"pages": 0, "requests": 0, "resources": 0, "blocked": [], "page
 AXE_RESULTS: dict = {}  # page -> violations (written to axe.json)
 AXE_VERSION: list[str] = []
 AXE_ALLOWED_USED: set[int] = set()
+# Under pytest-xdist (`make browser` spreads the pages over two workers, --dist load) each worker
+# records what it checked in a part of its own; test_axe_allowances_are_all_needed, run after
+# them (the Makefile's second step), merges the parts of the latest run into summary.json and
+# axe.json and checks the allowances against every page.
+PARTS = SHOTS / "parts"
+
+
+def write_reports(summary: dict, axe_results: dict, axe_version: str | None) -> None:
+    """summary.json and (if any page was audited) axe.json in _build/screenshots."""
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    (SHOTS / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if axe_results:
+        counts = {page: axe_counts(found) for page, found in axe_results.items()}
+        (SHOTS / "axe.json").write_text(json.dumps(
+            {"axe_version": axe_version, "counts": counts, "violations": axe_results},
+            indent=2) + "\n")
+
+
+def merged_parts() -> dict | None:
+    """The workers' parts of the latest xdist run, merged; None if there are none."""
+    parts = [json.loads(f.read_text(encoding="utf-8")) for f in PARTS.glob("*.json")]
+    if not parts:
+        return None
+    latest = max(parts, key=lambda part: part["written"])["run"]
+    parts = [part for part in parts if part["run"] == latest]
+    summary: dict = {}
+    for part in parts:
+        for key, value in part["summary"].items():
+            if isinstance(value, dict):
+                summary.setdefault(key, {}).update(value)
+            elif isinstance(value, list):
+                summary[key] = summary.get(key, []) + value
+            else:
+                summary[key] = summary.get(key, 0) + value
+    return {"summary": summary,
+            "axe": {page: v for part in parts for page, v in part["axe"].items()},
+            "axe_version": next((p["axe_version"] for p in parts if p["axe_version"]), None),
+            "allowed_used": {k for part in parts for k in part["allowed_used"]},
+            "workers": len(parts)}
 
 
 def axe_counts(violations: list[dict]) -> dict:
@@ -241,12 +281,16 @@ def browser(server):
                   "--disable-sync", "--no-first-run", "--disable-quic"])
         yield browser
         browser.close()
-    (SHOTS / "summary.json").write_text(json.dumps(SUMMARY, indent=2) + "\n")
-    if AXE_RESULTS:
-        counts = {page: axe_counts(found) for page, found in AXE_RESULTS.items()}
-        (SHOTS / "axe.json").write_text(json.dumps(
-            {"axe_version": AXE_VERSION[0] if AXE_VERSION else None, "counts": counts,
-             "violations": AXE_RESULTS}, indent=2) + "\n")
+    version = AXE_VERSION[0] if AXE_VERSION else None
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        write_reports(SUMMARY, AXE_RESULTS, version)
+        return
+    PARTS.mkdir(parents=True, exist_ok=True)  # the module's last teardown in a worker wins
+    (PARTS / f"{worker}.json").write_text(json.dumps(
+        {"run": os.environ.get("PYTEST_XDIST_TESTRUNUID", ""), "written": time.time(),
+         "summary": SUMMARY, "axe": AXE_RESULTS, "axe_version": version,
+         "allowed_used": sorted(AXE_ALLOWED_USED)}) + "\n")
 
 
 # Fast checks of the configuration (the unit step runs these; no browser needed).
@@ -722,7 +766,18 @@ def test_page_in_browser(page_path, server, browser):
 @pytest.mark.browser
 def test_axe_allowances_are_all_needed():
     """Runs after every page: each excused violation still occurs somewhere (or is removed)."""
-    if len(AXE_RESULTS) < len(PAGES):
-        pytest.skip("not every page was audited in this run")
-    unused = [a for k, a in enumerate(AXE_ALLOWED) if k not in AXE_ALLOWED_USED]
+    results, used = AXE_RESULTS, AXE_ALLOWED_USED
+    merged = None
+    if len(results) < len(PAGES) and "PYTEST_XDIST_WORKER" not in os.environ:
+        merged = merged_parts()  # the workers' run just before this one (make browser)
+    if merged is not None:
+        results, used = merged["axe"], merged["allowed_used"]
+        write_reports(merged["summary"], results, merged["axe_version"])
+    missing = sorted(set(PAGES) - set(results))
+    if missing and merged is not None:
+        pytest.fail(f"the workers' parts in {PARTS} audited {len(results)} of {len(PAGES)} "
+                    f"pages; missing: {missing[:5]} (did their tests fail?)")
+    if missing:
+        pytest.skip(f"not every page was audited in this run ({len(missing)} missing)")
+    unused = [a for k, a in enumerate(AXE_ALLOWED) if k not in used]
     assert not unused, f"AXE_ALLOWED entries no page needs any more: {unused}"
