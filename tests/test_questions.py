@@ -285,10 +285,6 @@ def test_reviewed_explanations_are_current(chapter, path):
                           + review_questions.how_to_review(chapter))
 
 
-# Not yet true: chapters 0-4 await their review (issue 37). Remove the mark once
-# `python scripts/review_questions.py status` says 22 of 22; until then the test still reports
-# which chapters are unstamped (as an xfail), and stamped chapters are held by the tests above.
-@pytest.mark.xfail(reason="chapters 0-4 are not reviewed yet (issue 37)", strict=False)
 def test_every_chapter_is_reviewed():
     """Every chapter's explanations have been reviewed once (a stamp file exists).
 
