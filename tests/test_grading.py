@@ -249,7 +249,7 @@ def _flags(book, student):
 @needs_kernel
 def test_gradebook_has_one_row_per_student_and_a_column_per_lab(graded):
     folder, book, rows = graded
-    old = ["mia", "nora", "pablo"] if HISTORY else []
+    old = ["mia", "nora", "pablo", "uma", "vic", "wes"] if HISTORY else []
     assert sorted(book) == sorted(["Julia Kim", "ada", "ben", "cleo", "dan", "eve", "frankli",
                                    "gus", "hana", "ivan", "kai", "lena", *old, "olga", "pia",
                                    "quinn", "rosa", "ruth", "sam", "tom"])
@@ -684,3 +684,54 @@ def test_an_unstamped_notebook_is_recognised_by_its_cells():
     student.metadata["attnbook"] = {"lab": "06_softmax", "exercises": "feedfeedfeed",
                                     "commit": "0" * 40, "version": "9"}
     assert editions.identify(student, "06_softmax", now, [])[1].code == "newer-edition"
+
+
+@needs_kernel
+@needs_history
+def test_the_editions_of_a949cb8_are_flagged_not_taken_for_the_current_one(graded):
+    """Issue 37 §5: lab 04's edition at a949cb8 (stamped with the lab alone) kept one exercise
+    name of the current lab (changed_outputs), so the grader took it for the current edition
+    with two exercises deleted: 1 / 3, 'renamed or deleted?' and no flag, whatever its name
+    ('Copy of ...'), kernel (a local ipykernel) or answer type (a list: accepted). It is now
+    flagged old-edition with what to do; no release holds it (a release frozen from a949cb8
+    does not grade it yet: its exercise cells import checks the current library lacks)."""
+    _, book, rows = graded
+    for who, lab, score in (("uma", "04_causal_mask", "1"), ("wes", "04_causal_mask", "0"),
+                            ("vic", "07_weighted_sum", "2")):
+        assert f"{lab}:old-edition" in _flags(book, who), (who, _flags(book, who))
+        assert book[who][lab] == score, (who, _ex(rows, who, lab))
+        report = (graded[0] / "feedback" / f"{who}.md").read_text(encoding="utf-8")
+        assert "without an edition stamp" in report and "editions.py NAME COMMIT LAB" in report
+    uma, wes, vic = (_ex(rows, w, lab) for w, lab in (
+        ("uma", "04_causal_mask"), ("wes", "04_causal_mask"), ("vic", "07_weighted_sum")))
+    assert not [f for f in _flags(book, "uma") if f.endswith(":kernel")]  # local python3
+    assert "04_causal_mask=uma/Copy of 04_causal_mask.ipynb" in book["uma"]["files"]
+    assert uma["changed_outputs"][0] == 1  # the list, right on every hidden input
+    assert all("is not in the edition handed in" in uma[n][1] and "renamed" not in uma[n][1]
+               for n in ("cached_mask", "window_scores")), uma
+    assert wes["changed_outputs"][0] == 0 and "hard-coded" in wes["changed_outputs"][2]
+    assert all("is not in the edition handed in" in vic[n][1]
+               for n in ("outputs", "permuted_outputs")), vic
+
+
+def test_an_unstamped_edition_that_kept_one_exercise_name_is_not_the_current_one():
+    """The current edition with an exercise deleted stays current; lab 04's edition at a949cb8,
+    which shares changed_outputs with it, does not (issue 37 §5)."""
+    import make_submissions
+
+    lab = _lab("04_causal_mask")
+    now = editions.Edition("04_causal_mask", "current-id", classroom.find_exercises(lab))
+    student = classroom.student_edition(lab, now.exercises)
+    student.cells = [c for c in student.cells if "def window_scores(" not in c.source]
+    assert editions.identify(student, "04_causal_mask", now, []) == (now, None)
+    old = make_submissions.a949_edition("04_causal_mask")
+    if old is None:
+        pytest.skip("the git history of the labs is absent")
+    edition, flag = editions.identify(old, "04_causal_mask", now, [])
+    assert edition is now and flag.code == "old-edition"
+    for name in ALL_LABS:  # no current lab or student edition calls a check it lacks
+        nb = _lab(name)
+        here = editions.Edition(name, "x", classroom.find_exercises(nb))
+        assert editions._foreign_checks(nb, here) == [], name
+        assert editions._foreign_checks(
+            classroom.student_edition(nb, here.exercises), here) == [], name

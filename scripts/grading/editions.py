@@ -127,6 +127,24 @@ def _present(nb, ex) -> bool:
     return any(ex.call in s for s in code)
 
 
+def _foreign_checks(nb, now: Edition) -> list[str]:
+    """What the hand-in's exercise cells grade that no exercise of edition ``now`` has: the
+    checks it calls on an answer (``check_x(answer, ...)``) and the functions whose result it
+    checks (``answer = f(...)``), each one the current lab lacks: the mark of another
+    edition's exercise cells."""
+    checks = {ex.check for ex in now.exercises}
+    functions = {ex.function for ex in now.exercises if ex.function}
+    found = set()
+    for cell in nb.cells:
+        called = set(re.findall(r"\b(check_\w+)\(\s*answer\b", cell.source)) \
+            if cell.cell_type == "code" else set()
+        if called:
+            found |= called - checks
+            found |= {f"{f}()" for f in re.findall(r"^answer\s*=\s*(\w+)\(", cell.source,
+                                                   re.M)} - {f"{f}()" for f in functions}
+    return sorted(found)
+
+
 def _git(*args) -> subprocess.CompletedProcess:
     return subprocess.run(["git", *args], cwd=classroom.ROOT, capture_output=True, text=True,
                           timeout=20)
@@ -168,11 +186,18 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
         return now, None
     match = next((e for e in mine if e.id == stamped), None) if stamped else None
     if match is None and not stamped:  # unstamped (made before editions were): by its cells
-        # Any of the current exercises there: the current edition, an exercise or two deleted
-        # (graded and explained one by one); none of them: an edition of another time.
-        if any(_present(nb, ex) for ex in now.exercises) or not now.exercises:
+        # Every current exercise there: the current edition. A release's edition whose every
+        # exercise is there: that edition. Some of the current exercises and no exercise of
+        # another edition: the current one, an exercise or two deleted (graded and explained
+        # one by one). An exercise check the current lab does not have (an edition that kept
+        # one exercise's name, e.g. lab 04 at a949cb8): an edition of another time.
+        if not now.exercises or all(_present(nb, ex) for ex in now.exercises):
             return now, None
-        match = next((e for e in mine if all(_present(nb, ex) for ex in e.exercises)), None)
+        match = next((e for e in mine if e.exercises
+                      and all(_present(nb, ex) for ex in e.exercises)), None)
+        if match is None and any(_present(nb, ex) for ex in now.exercises) \
+                and not _foreign_checks(nb, now):
+            return now, None
     if match is not None:
         return match, Flag("edition", f"Graded with {match.label}, the edition it was made "
                            f"from (attnbook {match.version}, commit {match.commit[:10]}); the "

@@ -122,6 +122,19 @@ CASES = {
                                  "before the checks' practice wrapper changed; release "
                                  "2026-autumn-b holds it), answered right: 3 / 3 with that "
                                  "release's checks, flag edition (information)",
+    "uma/Copy of 04_causal_mask.ipynb": "the edition of lab 04 a class got at commit a949cb8 "
+                                        "(before release 2026-autumn-b; stamped with the lab "
+                                        "alone), Colab's copy name, opened in a local Jupyter "
+                                        "(python3, 'Python 3 (ipykernel)'), answered right, "
+                                        "changed_outputs as a list (the edition's hint): "
+                                        "old-edition with what to do (no release holds it), "
+                                        "the kept changed_outputs graded: 1 / 3",
+    "wes/04_causal_mask.ipynb": "the same edition gamed: a typed-in list for changed_outputs: "
+                                "old-edition, 0 / 3, hard-coded named",
+    "vic/07_weighted_sum.ipynb": "lab 07's edition at a949cb8 (stamped with the lab alone, no "
+                                 "release holds it), answered right: old-edition (not taken "
+                                 "for the current edition by its one kept name, hull_bound), "
+                                 "the hull bound graded 2 / 4",
     "olga/06_softmax.ipynb": "a newer edition than the grader's (stamped with an edition and "
                              "a commit this checkout lacks), answered right: 3 / 3 by the "
                              "current checks, newer-edition",
@@ -204,11 +217,11 @@ OLD_RIGHT = {
 }
 
 
-def old_lab(lab: str):
-    """The book's lab as it was at OLD_EDITION, or None where the history is not there."""
+def old_lab(lab: str, ref: str = OLD_EDITION):
+    """The book's lab as it was at ``ref``, or None where the history is not there."""
     import subprocess
 
-    done = subprocess.run(["git", "show", f"{OLD_EDITION}:notebooks/{lab}.ipynb"], cwd=ROOT,
+    done = subprocess.run(["git", "show", f"{ref}:notebooks/{lab}.ipynb"], cwd=ROOT,
                           capture_output=True, text=True)
     return nbformat.reads(done.stdout, as_version=4) if done.returncode == 0 else None
 
@@ -253,6 +266,43 @@ def stamped_old_edition(lab: str = "07_weighted_sum"):
     nb.metadata["attnbook"] = {"lab": lab, "edition": "student",
                                "exercises": classroom.edition_id(lab_nb, exercises),
                                "version": "0.1.0", "commit": commit, "release": ""}
+    return nb
+
+
+# The commit whose student editions a class of this term got before release 2026-autumn-b
+# (issue 37 §5): lab 04's exercises were functions already (my_causal_mask, masked_scores,
+# changed_outputs, its hint "e.g. a list [True, False, ...]"), stamped with the lab alone. One
+# name, changed_outputs, is an exercise of the current lab too, so the grader took such a
+# hand-in for the current edition with two exercises deleted (1 / 3, no flag).
+A949 = "a949cb8"
+A949_RIGHT = {
+    "04_causal_mask": {
+        "my_causal_mask": "    i = torch.arange(T)\n    return i[None, :] > i[:, None]",
+        "masked_scores": "    i = torch.arange(s.shape[-1], device=s.device)\n"
+                         "    return s.masked_fill(i[None, :] > i[:, None], float('-inf'))",
+        "changed_outputs": "    return [i >= j for i in range(T)]"},  # a list, as hinted
+    "07_weighted_sum": STAMPED_RIGHT,
+}
+LOCAL_KERNEL = {  # what a local Jupyter (ipykernel) writes; Colab's "colab" block absent
+    "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                   "language": "python"},
+    "language_info": {"name": "python", "version": "3.12.3", "mimetype": "text/x-python",
+                      "codemirror_mode": {"name": "ipython", "version": 3},
+                      "pygments_lexer": "ipython3", "nbconvert_exporter": "python",
+                      "file_extension": ".py"}}
+
+
+def a949_edition(lab: str, answers: dict[str, str] | None = None):
+    """``lab``'s student edition as made at A949 (stamped as classroom.py stamped it then: the
+    lab alone), opened in a local Jupyter and answered (right by default); None without it."""
+    nb = old_lab(lab, A949)
+    if nb is None:
+        return None
+    nb = _fill(classroom.student_edition(nb, classroom.find_exercises(nb)),
+               A949_RIGHT[lab] if answers is None else answers)
+    nb.metadata["attnbook"] = {"lab": lab, "edition": "student"}
+    nb.metadata.pop("colab", None)
+    nb.metadata.update(copy.deepcopy(LOCAL_KERNEL))
     return nb
 
 
@@ -389,6 +439,14 @@ def build(out: Path) -> dict[str, str]:
     pablo = stamped_old_edition()
     if pablo is not None:
         files["pablo/07_weighted_sum.ipynb"] = pablo
+    uma = a949_edition("04_causal_mask")
+    if uma is not None:
+        files["uma/Copy of 04_causal_mask.ipynb"] = uma
+        files["wes/04_causal_mask.ipynb"] = a949_edition("04_causal_mask", {
+            "my_causal_mask": "    return torch.ones(T, T, dtype=torch.bool).triu(1)",
+            "masked_scores": A949_RIGHT["04_causal_mask"]["masked_scores"],
+            "changed_outputs": "    return [False, False, True, True, True, True]"})
+        files["vic/07_weighted_sum.ipynb"] = a949_edition("07_weighted_sum")
     ruth = term_edition()
     if ruth is not None:
         files["ruth/04_causal_mask.ipynb"] = ruth
