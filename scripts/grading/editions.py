@@ -215,12 +215,42 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
                          "fork. Update the grader's checkout (git pull) or add that term's "
                          "release to scripts/grading/releases, then grade again; until then "
                          "the current checks graded what they could.")
+    gone = _missing_imports(nb)
+    if gone:  # a release frozen from its commit would not grade it either: its cells import
+        # from the library the kernel has, today's
+        return now, Flag("old-edition", f"This hand-in is {made}; the grader has {have}. Its "
+                         f"cells import what the library no longer has ({', '.join(gone)}), so "
+                         "those exercises could not run, and freezing a release from the commit "
+                         "it was made with would not grade them either. The current checks "
+                         "graded what they could; ask the student to copy their answers into "
+                         "the current edition of the lab and hand it in again.")
     return now, Flag("old-edition", f"This hand-in is {made}; the grader has {have}. No release "
                      "holds its edition, so the current checks graded what they could and an "
                      "exercise that changed since scores 0. To grade it with its own checks, "
                      "freeze that term's release from the commit its editions were made with "
                      "(python scripts/grading/editions.py NAME COMMIT LAB) and grade again, or "
                      "ask the student to redo the changed exercises in the current edition.")
+
+
+def _missing_imports(nb) -> list[str]:
+    """The names a hand-in's code imports from ``attnbook`` that the installed library lacks
+    (``module.name``), e.g. a check an older edition called and the library has since dropped."""
+    import importlib
+
+    gone = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        for mod, names in re.findall(r"^\s*from\s+(attnbook(?:\.\w+)*)\s+import\s+\(?([\w ,]+)",
+                                     cell.source, re.M):
+            try:
+                module = importlib.import_module(mod)
+            except ImportError:
+                gone.append(mod)
+                continue
+            gone += [f"{mod}.{n.strip()}" for n in names.split(",")
+                     if n.strip() and not hasattr(module, n.strip())]
+    return sorted(set(gone))
 
 
 def _without_outputs(nb):
