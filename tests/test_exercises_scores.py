@@ -90,8 +90,13 @@ def test_the_dot_T_mistakes_of_the_transpose_exercise():
     """Chapter 2's transpose exercise: `.T` on a batch warns (deprecated) and reverses all dims;
     with (B, T, d) = (2, 5, 3) only the last two dims work."""
     x = torch.randn(2, 5, 3)
-    with pytest.warns(UserWarning, match="deprecated"):
-        y = x.T
+    always = torch.is_warn_always_enabled()
+    torch.set_warn_always(True)  # PyTorch warns once per process: an earlier `.T` would hide it
+    try:
+        with pytest.warns(UserWarning, match="deprecated"):
+            y = x.T
+    finally:
+        torch.set_warn_always(always)
     assert y.shape == (3, 5, 2)
     q, k = torch.randn(2, 5, 3), torch.randn(2, 5, 3)
     assert (q @ k.transpose(-2, -1)).shape == (2, 5, 5) == (q @ k.mT).shape
