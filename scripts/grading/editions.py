@@ -233,23 +233,22 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
 
 
 def _missing_imports(nb) -> list[str]:
-    """The names a hand-in's code imports from ``attnbook`` that the installed library lacks
-    (``module.name``), e.g. a check an older edition called and the library has since dropped."""
+    """The exercise checks a hand-in imports (``from attnbook.exercises.X import check_y``, read
+    as :func:`classroom._imports` reads a lab) that the installed library lacks, as
+    ``module.name``: checks an older edition called and the library has since dropped."""
     import importlib
 
     gone = []
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        for mod, names in re.findall(r"^\s*from\s+(attnbook(?:\.\w+)*)\s+import\s+\(?([\w ,]+)",
-                                     cell.source, re.M):
+        for name, mod in classroom._imports(cell.source).items():
             try:
-                module = importlib.import_module(mod)
+                present = hasattr(importlib.import_module(mod), name)
             except ImportError:
-                gone.append(mod)
-                continue
-            gone += [f"{mod}.{n.strip()}" for n in names.split(",")
-                     if n.strip() and not hasattr(module, n.strip())]
+                present = False
+            if not present:
+                gone.append(f"{mod}.{name}")
     return sorted(set(gone))
 
 
