@@ -69,9 +69,11 @@ test: install lint unit triton36 nbval nbval-other-cpu colab site browser
 lint: install
 	$(BIN)/ruff check .
 
-# Two test files at a time (pytest-xdist; a file's tests and its module fixtures stay on one worker).
+# Two test files at a time (pytest-xdist; a file's tests and its module fixtures stay on one worker),
+# in collection order, which tests/conftest.py starts with the longest files.
 unit: install
-	$(BIN)/python -m pytest tests -m "not browser and not colab" -n 2 --dist loadfile
+	$(BIN)/python -m pytest tests -m "not browser and not colab" -n 2 --dist loadfile \
+	  --no-loadscope-reorder
 
 nbval: install
 	$(BIN)/python -m pytest $(NBVAL)

@@ -92,3 +92,15 @@ def book_solutions(lab: str) -> dict:
 
     nb = nbformat.read(root / "notebooks" / f"{lab}.ipynb", as_version=4)
     return {ex.check: solution_function(nb, ex) for ex in classroom.find_exercises(nb)}
+
+
+# The unit step runs two files at a time (pytest-xdist, --dist loadfile --no-loadscope-reorder),
+# starting them in collection order. The longest files go first and the short ones fill in
+# behind them. Ordered by test count (xdist's default), test_install.py (four tests, 2–3 min)
+# started last and ran alone on one worker while the other sat idle.
+LONGEST_FIRST = ("test_grading.py", "test_install.py", "test_classroom.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: files stay whole

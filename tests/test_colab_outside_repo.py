@@ -158,6 +158,46 @@ nbformat.write(nb, path)
 """
 
 
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
+    kids = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat.parent.name))
+    return kids
+
+
+# Loaded by every Python the stage starts (the runner and its kernel), from a folder on
+# PYTHONPATH outside the checkout: on SIGUSR1, faulthandler writes every thread's stack to a file
+# named after the process, and the process goes on. (Not to stderr: the kernel captures its own
+# file descriptor 2, and a dump there is lost.) It changes nothing else.
+_STACKS_HOOK = """
+import faulthandler as _fh, os as _os, signal as _signal
+if _os.environ.get("ATTNBOOK_STACKS"):
+    _fh.register(_signal.SIGUSR1, all_threads=True, file=open(
+        _os.path.join(_os.environ["ATTNBOOK_STACKS"], f"{_os.getpid()}.txt"), "w"))
+"""
+
+
+def _dump_stacks(pid: int, stacks: Path) -> str:
+    """Where a stalled lab waits: every thread's Python stack in its kernel and its runner."""
+    shown = []
+    for role, target in [*(("kernel", k) for k in _children(pid)), ("runner", pid)]:
+        try:
+            os.kill(target, signal.SIGUSR1)
+        except ProcessLookupError:
+            continue
+        time.sleep(1)
+        dump = stacks / f"{target}.txt"
+        text = dump.read_text(errors="replace") if dump.exists() else "(no stacks written)"
+        shown.append(f"--- {role} {target}:\n{text}")
+    return "\n".join(shown)
+
+
 def _execute_all(site: Path, base: Path, python: Path = Path(sys.executable),
                  notebooks: list[Path] = NOTEBOOKS) -> dict[str, dict]:
     """Run every lab (``notebooks``), two at a time, each in its own process, kernel and folder.
@@ -166,7 +206,11 @@ def _execute_all(site: Path, base: Path, python: Path = Path(sys.executable),
     """
     env = {k: v for k, v in os.environ.items()
            if k not in ("PYTHONPATH", "ATTNBOOK_DEVICE", "MPLBACKEND", "PYTEST_CURRENT_TEST")}
-    env["PYTHONPATH"] = str(site)
+    hook = base / "_stacks_hook"
+    (hook / "dumps").mkdir(parents=True, exist_ok=True)
+    (hook / "sitecustomize.py").write_text(_STACKS_HOOK)
+    env["ATTNBOOK_STACKS"] = str(hook / "dumps")
+    env["PYTHONPATH"] = f"{site}{os.pathsep}{hook}"
     env["PYTHONNOUSERSITE"] = "1"
     # One thread per kernel: two labs run at a time on two cores, and two threads each made them
     # contend (22 labs: 464 s of lab time with two threads each, 389 s with one, measured in two
@@ -208,6 +252,7 @@ def _execute_all(site: Path, base: Path, python: Path = Path(sys.executable),
                 elif now - start > LAB_TIMEOUT:
                     stalled = f"not done within {LAB_TIMEOUT} s"
                 if stalled:
+                    stacks = _dump_stacks(proc.pid, hook / "dumps")
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
                     break
@@ -215,7 +260,7 @@ def _execute_all(site: Path, base: Path, python: Path = Path(sys.executable),
             reader.join(timeout=10)
             progress = [ln for ln in lines if ln.startswith("PROGRESS")]
             if stalled:  # where it stopped: the kernel start, a cell (by index), or the shutdown
-                errors.append(f"{stalled} after {progress[-1:] or 'launch'}")
+                errors.append(f"{stalled} after {progress[-1:] or 'launch'}\n{stacks}")
                 continue
             seconds = time.perf_counter() - start
             if proc.returncode != 0:
@@ -250,6 +295,13 @@ def test_a_lab_that_stops_answering_is_retried_and_located(tmp_path, monkeypatch
     # Where it stopped: cell 1 (the sleep) was sent to the kernel and not answered.
     assert all(r.startswith("no progress for 4 s after") and "cell-sent 1" in r
                for r in reasons), reasons
+    # And where each side waited: the kernel in the cell (its main thread in the sleep, the
+    # cell's line 1), the runner in nbclient.
+    for reason in reasons:
+        kernel, runner = reason.split("--- kernel ", 1)[1].split("--- runner ")
+        main = kernel.split("Current thread")[1] if "Current thread" in kernel else kernel
+        assert 'line 1 in <module>' in main and "ipykernel" in kernel, reason
+        assert "nbclient" in runner or "jupyter_core" in runner, reason
 
 
 # ---- The same labs under a Colab runtime's package versions ---------------------------------

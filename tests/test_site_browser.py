@@ -607,10 +607,15 @@ def _move_static_widgets(page, widgets: list[dict]) -> list[dict]:
                     element.press(forward if index > current[k] else backward)
             current = (*current[:k], index, *current[k + 1:])
             want = widget["views"][current]
+            # Compared element by element in the page: a JSON string built here would differ
+            # from JSON.stringify's (", " separators, \u escapes) for any view of more than
+            # one output, and the wait would run out its 10 s before the assertion passed.
             try:
                 page.wait_for_function(
-                    f"(args) => JSON.stringify(({_STATIC_SHOWN})(args)) === "
-                    f"{json.dumps(json.dumps(want))}", arg=[widget["model_id"]], timeout=10_000)
+                    f"([id, want]) => {{ const shown = ({_STATIC_SHOWN})([id]); "
+                    "return shown.length === want.length && "
+                    "shown.every((s, i) => s === want[i]); }",
+                    arg=[widget["model_id"], list(want)], timeout=10_000)
             except Exception:  # the assertion below reports what was shown instead
                 pass
             moves.append({"control": k, "kind": control["kind"], "index": index, "want": want,
