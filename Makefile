@@ -23,6 +23,10 @@ OTHER_CPU := ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE OPENBLAS_CORETYPE=H
 # Colab's package versions (requirements-colab.txt) in an environment of their own.
 COLAB_VENV  := $(VENV)/colab
 COLAB_STAMP := $(COLAB_VENV)/.installed-stamp
+# Triton 3.6 (Colab's GPU runtime's) beside the pinned CPU torch, for `triton36`.
+T36_VENV  := $(VENV)/triton36
+T36_REQS  := $(T36_VENV)/.requirements-stamp
+T36_STAMP := $(T36_VENV)/.installed-stamp
 
 .PHONY: install install-book assets book test lint unit nbval nbval-other-cpu colab site browser \
 	notebooks figures clean classroom grade lms
@@ -64,7 +68,22 @@ book: install-book assets
 	$(BIN)/jupyter-book build . $(if $(shell find _assets package-lock.json -newer \
 	  _build/html/index.html 2>/dev/null | head -n 1),--all)
 
-test: install lint unit triton36 nbval nbval-other-cpu colab site browser
+# Two phases. First the set-up, three steps at a time (make -j3): the main install, the Colab
+# environment, Triton 3.6's packages and the npm assets side by side, then the site build (after
+# the install and the assets) and Triton 3.6's `pip install -e .` (after the main install's: two
+# editable builds at once share src/). Each is mostly single-threaded; one after another they
+# took 2:55 (install 65 s, Colab 35 s, Triton 3.6 28 s, assets 14 s, site 33 s). Then the
+# stages, each using both cores, one after another.
+test:
+	$(MAKE) -j3 --output-sync=target test-prepare
+	$(MAKE) lint unit triton36 nbval nbval-other-cpu colab browser
+
+.PHONY: test-prepare test-site
+test-prepare: test-site $(COLAB_STAMP) $(T36_STAMP)
+
+# `site` for `make test`: the full install (not install-book, whose pip would run beside it).
+test-site: install assets
+	$(SITE_BUILD)
 
 lint: install
 	$(BIN)/ruff check .
@@ -85,14 +104,17 @@ nbval-other-cpu: install
 # Part VI under the Triton a Colab GPU runtime ships (3.6.0; requirements-triton36.txt) next to
 # the pinned CPU torch: every launch compiled for sm75/80/90 and the interpreter tests of the
 # kernels, as `unit` runs them under the pinned Triton (3.9).
-T36_VENV  := $(VENV)/triton36
-T36_STAMP := $(T36_VENV)/.installed-stamp
 T36_TESTS := tests/test_triton_compile.py tests/test_triton_attention.py tests/test_triton_io.py \
 	tests/test_decoding_trace.py tests/test_optional_triton.py tests/test_gpu_triton36.py
 
-$(T36_STAMP): requirements-triton36.txt pyproject.toml
+$(T36_REQS): requirements-triton36.txt
 	test -x $(T36_VENV)/bin/python || $(PYTHON) -m venv $(T36_VENV)
-	$(T36_VENV)/bin/python -m pip install -q --no-compile -r requirements-triton36.txt -e .
+	$(T36_VENV)/bin/python -m pip install -q --no-compile -r requirements-triton36.txt
+	touch $(T36_REQS)
+
+# attnbook itself after the main install's: two editable builds at once share src/.
+$(T36_STAMP): $(T36_REQS) $(STAMP) pyproject.toml
+	$(T36_VENV)/bin/python -m pip install -q --no-compile --no-deps -e .
 	touch $(T36_STAMP)
 
 .PHONY: triton36
@@ -104,8 +126,9 @@ triton36: install $(T36_STAMP)
 colab: install $(COLAB_STAMP)
 	$(BIN)/python -m pytest -s tests/test_colab_outside_repo.py
 
+SITE_BUILD = $(BIN)/jupyter-book build . --all -W -n --keep-going
 site: install-book assets
-	$(BIN)/jupyter-book build . --all -W -n --keep-going
+	$(SITE_BUILD)
 
 # Every toc page of _build/html in Chromium; screenshots and summary.json in _build/screenshots.
 # The pages of both files are spread over two workers test by test (--dist load: one file per
