@@ -112,9 +112,9 @@ $(T36_REQS): requirements-triton36.txt
 	$(T36_VENV)/bin/python -m pip install -q --no-compile -r requirements-triton36.txt
 	touch $(T36_REQS)
 
-# attnbook itself after the main install's: two editable builds at once share src/.
+# attnbook itself (and its dependencies) after the main install's: two editable builds at once share src/.
 $(T36_STAMP): $(T36_REQS) $(STAMP) pyproject.toml
-	$(T36_VENV)/bin/python -m pip install -q --no-compile --no-deps -e .
+	$(T36_VENV)/bin/python -m pip install -q --no-compile -e .
 	touch $(T36_STAMP)
 
 .PHONY: triton36
