@@ -74,8 +74,11 @@ book: install-book assets
 # editable builds at once share src/). Each is mostly single-threaded; one after another they
 # took 2:55 (install 65 s, Colab 35 s, Triton 3.6 28 s, assets 14 s, site 33 s). Then the
 # stages, each using both cores, one after another.
+# --output-sync (whole steps' output, not interleaved lines) only where make has it: GNU make 4.0
+# and later; macOS ships 3.81.
+OUTPUT_SYNC := $(if $(filter output-sync,$(.FEATURES)),--output-sync=target)
 test:
-	$(MAKE) -j3 --output-sync=target test-prepare
+	$(MAKE) -j3 $(OUTPUT_SYNC) test-prepare
 	$(MAKE) lint unit triton36 nbval nbval-other-cpu colab browser
 
 .PHONY: test-prepare test-site
@@ -112,7 +115,8 @@ $(T36_REQS): requirements-triton36.txt
 	$(T36_VENV)/bin/python -m pip install -q --no-compile -r requirements-triton36.txt
 	touch $(T36_REQS)
 
-# attnbook itself (and its dependencies) after the main install's: two editable builds at once share src/.
+# attnbook itself (and its dependencies) after the main install's: two editable builds at once
+# share src/.
 $(T36_STAMP): $(T36_REQS) $(STAMP) pyproject.toml
 	$(T36_VENV)/bin/python -m pip install -q --no-compile -e .
 	touch $(T36_STAMP)
