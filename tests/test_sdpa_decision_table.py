@@ -1,6 +1,9 @@
-"""Chapter 11's decision table (``tbl-fused-kernels``): every measured row pinned.
+"""SDPA's decision table: every measured row pinned, in chapter 11 and in its appendix.
 
-The test reads the table from ``book/11_fused.md``. Each row S* (SDPA) and M*
+Chapter 11 (``book/11_fused.md``, ``tbl-fused-kernels``) shows the rows its text needs, S1, S3,
+S6 and S7; the appendix (``book/sdpa_dispatch.md``, ``tbl-sdpa-dispatch``) holds the others
+under the same row names. The test reads both tables as one: a row sits in exactly one of them,
+and the two together hold every row that has a check. Each row S* (SDPA) and M*
 (``nn.MultiheadAttention``) has one check below that makes the row's call on the CPU and
 returns what it observed: the kernel that ran, named by the operators a ``TorchDispatchMode``
 logs (``flash``, ``math``, ``explicit`` steps without SDPA, MHA's native ``fast path``), or the
@@ -23,7 +26,10 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-PAGE = Path(__file__).resolve().parents[1] / "book" / "11_fused.md"
+BOOK = Path(__file__).resolve().parents[1] / "book"
+PAGE = BOOK / "11_fused.md"
+APPENDIX = BOOK / "sdpa_dispatch.md"
+CHAPTER_ROWS = {"S1", "S3", "S6", "S7"}  # the rows chapter 11's text needs; the rest: appendix
 FLASH = "_scaled_dot_product_flash_attention_for_cpu"
 NATIVE_MHA = "_native_multi_head_attention"
 COLUMNS = ["Row", "Call", "Input", "Mask", "`is_causal`", "`need_weights`", "Runs"]
@@ -33,9 +39,9 @@ OUTCOMES = {"flash kernel": "flash", "math kernel": "math", "explicit steps": "e
             "fast path": "fast path", "error": "error"}
 
 
-def decision_table(text: str) -> dict[str, dict[str, str]]:
-    """The rows of the table named ``tbl-fused-kernels`` in ``text``, by their Row cell."""
-    start = text.index(":name: tbl-fused-kernels")
+def decision_table(text: str, name: str = "tbl-fused-kernels") -> dict[str, dict[str, str]]:
+    """The rows of the table named ``name`` in ``text``, by their Row cell."""
+    start = text.index(f":name: {name}")
     lines = text[start:].split("```", 1)[0].splitlines()
     rows = [line for line in lines if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
@@ -44,11 +50,14 @@ def decision_table(text: str) -> dict[str, dict[str, str]]:
     for line in rows[2:]:
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert len(cells) == len(COLUMNS), line
+        assert cells[0] not in table, f"row {cells[0]} twice"
         table[cells[0]] = dict(zip(COLUMNS, cells))
     return table
 
 
-TABLE = decision_table(PAGE.read_text(encoding="utf-8"))
+CHAPTER_TABLE = decision_table(PAGE.read_text(encoding="utf-8"))
+APPENDIX_TABLE = decision_table(APPENDIX.read_text(encoding="utf-8"), "tbl-sdpa-dispatch")
+TABLE = {**CHAPTER_TABLE, **APPENDIX_TABLE}
 
 
 def claimed(runs: str) -> str:
@@ -321,6 +330,15 @@ def row_m8():
 
 CHECKS = {name.removeprefix("row_").upper(): f for name, f in list(globals().items())
           if name.startswith("row_")}
+
+
+def test_the_chapter_keeps_its_rows_and_the_appendix_the_rest():
+    assert set(CHAPTER_TABLE) == CHAPTER_ROWS
+    assert not set(CHAPTER_TABLE) & set(APPENDIX_TABLE), "a row in both tables"
+    assert len(TABLE) == len(CHAPTER_TABLE) + len(APPENDIX_TABLE)
+    # the chapter's text and the appendix point at each other
+    assert "{doc}`sdpa_dispatch`" in PAGE.read_text(encoding="utf-8")
+    assert "{numref}`tbl-fused-kernels`" in APPENDIX.read_text(encoding="utf-8")
 
 
 def test_every_measured_row_has_a_check_and_every_check_a_row():
