@@ -1,7 +1,8 @@
 """Chapter 8's claims about PyTorch, pinned: each fails if the sentence it backs stops being true.
 
-book/08_whole_module.md names these tests where it makes the claims. They run on the CPU, the
-machine CI uses; where the behaviour depends on SDPA's kernel, the test names the kernel.
+Chapter 8 (book/08_whole_module.md) and its appendix (book/testing_attention_code.md) make the
+claims; the appendix's section "Which test pins which claim" names these tests. They run on the
+CPU, the machine CI uses; where the behaviour depends on SDPA's kernel, the test names the kernel.
 """
 
 from __future__ import annotations

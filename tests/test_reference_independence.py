@@ -1,7 +1,8 @@
 """A reference that builds its mask with the code under test cannot catch a bug in that code.
 
-Chapter 8 ("Which references are independent", Ex. 8.3(c)) says the tests' references build
-their masks from scratch. Here attnbook's ``blocked_positions`` is broken on purpose, in every
+The appendix "Testing attention code" (book/testing_attention_code.md, "Which references are
+independent") and chapter 8's Ex. 8.3(c) say the tests' references build their masks from
+scratch. Here attnbook's ``blocked_positions`` is broken on purpose, in every
 module that holds a reference to it: a reference built the old way, with ``blocked_positions``
 and ``to_sdpa_mask``, agrees with the broken module, while SDPA, MHA and the one-line formula
 with masks written out disagree with it.
