@@ -32,21 +32,31 @@ def padded(side: str) -> tuple[list[str], torch.Tensor]:
     return tokens, torch.tensor([t != PAD for t in tokens])
 
 
+CAUSAL, PADDING = "#4d4d4d", "#f4a261"  # dark: the future; orange: a padding key
+HATCH_EDGE = "#7a3b0a"
+
+
 def _draw_blocked(ax, tokens, padding_mask: torch.Tensor, title: str) -> None:
-    """0 = allowed, 1 = blocked by the causal mask, 2 = blocked because the key is padding."""
-    causal = causal_mask(T)
-    pad_key = ~padding_mask[None, :].expand(T, T)
-    code = np.zeros((T, T), dtype=int)
-    code[pad_key.numpy()] = 2
-    code[causal.numpy()] = 1
-    cmap = ListedColormap(["#e8f0fa", "#4d4d4d", "#f4a261"])
-    ax.imshow(code, cmap=cmap, vmin=0, vmax=2)
+    """0 = allowed, 1 = blocked by the causal mask only, 2 = by padding only, 3 = by both.
+
+    Padding blocks a key's whole column, so the hatching runs down every padding column, over
+    the dark causal cells too, and the column is outlined: a cell blocked twice stays visible.
+    """
+    causal = causal_mask(T).numpy()
+    pad_key = (~padding_mask[None, :].expand(T, T)).numpy()
+    code = causal.astype(int) + 2 * pad_key.astype(int)
+    cmap = ListedColormap(["#e8f0fa", CAUSAL, PADDING, CAUSAL])
+    ax.imshow(code, cmap=cmap, vmin=0, vmax=3)
     # Not by colour alone: padding keys are hatched, future keys crossed.
-    for i, j in zip(*np.nonzero(code == 2)):
+    for i, j in zip(*np.nonzero(pad_key)):
+        edge = PADDING if causal[i, j] else HATCH_EDGE  # orange hatching shows on the dark cells
         ax.add_patch(plt.Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="\\\\",
-                                   edgecolor="#7a3b0a", lw=0))
-    for i, j in zip(*np.nonzero(code == 1)):
+                                   edgecolor=edge, lw=0))
+    for i, j in zip(*np.nonzero(causal)):
         ax.text(j, i, "×", ha="center", va="center", color="white", fontsize=9)
+    for j in np.nonzero(pad_key[0])[0]:  # the whole column of a padding key
+        ax.add_patch(plt.Rectangle((j - 0.5, -0.5), 1, T, fill=False, edgecolor="#c2410c",
+                                   lw=2.2))
     for i in range(T):
         if (code[i] > 0).all():
             ax.text(T - 0.45, i, " empty row", va="center", ha="left", color="tab:red",
@@ -59,18 +69,21 @@ def _draw_blocked(ax, tokens, padding_mask: torch.Tensor, title: str) -> None:
 
 
 def blocked_figure(outdir: Path) -> Path:
-    fig, axes = plt.subplots(1, 2, figsize=(9.2, 4.0))
+    fig, axes = plt.subplots(1, 2, figsize=(9.2, 4.2))
     for ax, side in zip(axes, ["right", "left"]):
         tokens, pm = padded(side)
         _draw_blocked(ax, tokens, pm, f"{side} padding")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor="#e8f0fa"),
-               plt.Rectangle((0, 0), 1, 1, facecolor="#4d4d4d"),
-               plt.Rectangle((0, 0), 1, 1, facecolor="#f4a261", edgecolor="#7a3b0a",
+               plt.Rectangle((0, 0), 1, 1, facecolor=CAUSAL),
+               plt.Rectangle((0, 0), 1, 1, facecolor=PADDING, edgecolor=HATCH_EDGE,
+                             hatch="\\\\"),
+               plt.Rectangle((0, 0), 1, 1, facecolor=CAUSAL, edgecolor=PADDING,
                              hatch="\\\\")]
     fig.legend(handles, ["may attend", "blocked (×): future (j > i)",
-                         "blocked (hatched): key is padding"],
-               loc="lower center", ncol=3, frameon=False, fontsize=9)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+                         "blocked (hatched): key is padding, its whole column (outlined)",
+                         "blocked by both (×, hatched on dark)"],
+               loc="lower center", ncol=2, frameon=False, fontsize=9)
+    fig.tight_layout(rect=(0, 0.11, 1, 1))
     return save(fig, outdir, "pad_blocked.png")
 
 
