@@ -10,7 +10,7 @@
  *    site runs MathJax 3, so a small MathJax.Hub forwards those calls to MathJax.typesetPromise.
  * 3. Below each widget with controls that are not precomputed, a note says that this is the saved
  *    default view and that moving the controls needs a live kernel, with a link that opens the lab
- *    in Colab. Widgets made by attnbook.static_widgets.static_interact (a VBox with the class
+ *    in Colab. Widgets made by attnbook.lab.static_widgets.static_interact (a VBox with the class
  *    attnbook-static-interact) need no note: every view is stored and the controls switch them.
  */
 (function () {

@@ -23,8 +23,8 @@ wrote before the cell ("The weights as a picture: Rows are queries ...").
 ``attnbook-a11y.css`` darkens links in light mode to a 4.5:1 contrast on the tinted backgrounds of
 exercises and theorems, and ``attnbook-a11y.js`` names what the ipywidgets HTML manager draws
 without a name: each widget's figure gets alternative text (the description the lab stored with it
-through ``attnbook.static_widgets``, else the values of the controls that select it), each slider
-and drop-down gets the label of its control. The rewrites are idempotent.
+through ``attnbook.lab.static_widgets``, else the values of the controls that select it), each
+slider and drop-down gets the label of its control. The rewrites are idempotent.
 """
 
 from __future__ import annotations

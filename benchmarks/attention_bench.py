@@ -5,7 +5,7 @@ memory, targets met or not), then writes the figures the book shows. The parts, 
 
 * ``bench_methods.py``: what is compared (explicit, fused, online, nn.MultiheadAttention with and
   without is_causal, raw 4-D and 3-D SDPA, padded rows: left, right, mixed, the general route);
-* ``bench_timing.py``: interleaved repeats per point (the labs' protocol, ``attnbook.measure``),
+* ``bench_timing.py``: interleaved repeats per point (the labs' protocol, ``attnbook.lab.measure``),
   the matmul ceiling, FLOP counts;
 * ``bench_memory.py``: peak memory, each configuration in a fresh process;
 * ``bench_kv.py``: generation with and without the KV cache, 1 and 2 threads, interleaved;
@@ -41,7 +41,7 @@ from bench_report import report  # noqa: E402
 from bench_results import write_results  # noqa: E402
 from bench_timing import matmul_gflops, time_point  # noqa: E402
 
-from attnbook.measure import conditions, keep_freed_memory  # noqa: E402
+from attnbook.lab.measure import conditions, keep_freed_memory  # noqa: E402
 
 
 @dataclass
@@ -110,7 +110,7 @@ def run(cfg: Config) -> str:
         + "; ".join(f"{when}: {what}" for when, what in load.items())
         + ". A load average near or above the core count means other programs were running "
         "during the run: read single times with care, and the ratios (every repeat interleaves "
-        "the methods it compares) with less. Timing protocol: `attnbook.measure.compare`, two "
+        "the methods it compares) with less. Timing protocol: `attnbook.lab.measure.compare`, two "
         "warm-up rounds, then interleaved repeats, medians; the C allocator "
         + ("keeps freed buffers for reuse (`keep_freed_memory`)" if kept else
            "with its default settings (no glibc here)") + ".")

@@ -19,7 +19,7 @@ beside them:
 (e) a ``torch.compile``'d step with static cache shapes, against the same step eager and the
     library's step (with the first call's compile time).
 
-Times come from interleaved repeats on one thread (``attnbook.measure.compare``): each repeat
+Times come from interleaved repeats on one thread (``attnbook.lab.measure.compare``): each repeat
 runs every row in turn, so a busy moment of this shared machine falls on all rows alike, and
 each timed call runs ``--steps`` steps. The tables set the best repeat of each row against the
 floors, which are best times too (the bandwidth and the dispatch cost are the best repeats of
@@ -45,7 +45,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from attnbook import Attention, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import KVCache, cached_attention, decode_step
-from attnbook.measure import compare, conditions
+from attnbook.lab.measure import compare, conditions
 
 B, D, HEADS, VOCAB = 4, 64, 4, 16
 LENGTHS = (64, 256, 1024)

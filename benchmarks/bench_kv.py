@@ -1,7 +1,7 @@
 """KV-cache generation for the attention benchmark: medians of repeats, 1 and 2 threads.
 
 Every repeat runs all generators with and without the cache on 1 and on 2 threads, interleaved
-(``attnbook.measure.compare``), and the load average is recorded before and after: on a machine
+(``attnbook.lab.measure.compare``), and the load average is recorded before and after: on a machine
 whose two cores other programs also use, a two-thread parallel region waits for a core at every
 operation, which slowed the recomputing generators by up to 15 times in an earlier run that timed
 each thread count in a block of its own.
@@ -17,7 +17,7 @@ import torch
 
 from attnbook import Attention, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import KVCache, cached_attention, generate
-from attnbook.measure import compare, conditions
+from attnbook.lab.measure import compare, conditions
 
 GENERATORS = ["one head", "4 heads", "tiny model"]
 

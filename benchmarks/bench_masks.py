@@ -7,13 +7,13 @@
 
 (a) A batch of documents with log-normal lengths (fixed seed), padded to the longest versus
     packed into one row with the document mask: forward and forward+backward, real tokens per
-    second, the peak bytes of live tensors (attnbook.measure.LiveTensorBytes, exact), and the
+    second, the peak bytes of live tensors (attnbook.lab.measure.LiveTensorBytes, exact), and the
     share of padded (wasted) token slots and score entries.
 (b) tiled_attention with and without skipping empty tiles, for the sliding window and the
     document mask, next to the share of empty tiles: is the saving proportional?
 (c) FlexAttention compiled by torch.compile, if it compiles: first-call time and timing.
 
-Every ratio comes from one attnbook.measure.compare call (interleaved repeats), so a change in
+Every ratio comes from one attnbook.lab.measure.compare call (interleaved repeats), so a change in
 the machine's load affects both sides alike. Times are medians.
 """
 
@@ -29,8 +29,8 @@ from functools import partial
 import torch
 
 from attnbook import Attention
+from attnbook.lab.measure import LiveTensorBytes, compare, conditions
 from attnbook.masks import block_mask, document_mod, materialize, sliding_window_mod
-from attnbook.measure import LiveTensorBytes, compare, conditions
 from attnbook.online import tile_plan, tiled_attention, tiled_work
 from attnbook.packing import pack, pad
 

@@ -1,7 +1,7 @@
 """Cost of each position scheme (chapter 20): one training step of the tiny model, and SDPA
 with ALiBi's float bias against its bool masks, as ratios measured in one run.
 
-Every call of a table is timed in the same interleaved rounds (``attnbook.measure.compare``:
+Every call of a table is timed in the same interleaved rounds (``attnbook.lab.measure.compare``:
 two warm-up rounds, then repeats that alternate the calls), and the ratios are of medians, so
 a change in the machine's load falls on all of them alike.
 
@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from attnbook import TinyConfig, TinyModel
-from attnbook.measure import compare, conditions
+from attnbook.lab.measure import compare, conditions
 from attnbook.positions import POSITION_SCHEMES, alibi_bias
 
 SCHEMES = ("none",) + tuple(s for s in POSITION_SCHEMES if s != "none")

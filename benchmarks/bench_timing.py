@@ -6,14 +6,14 @@ import torch
 from bench_methods import build, inputs, step
 from torch import nn
 
-from attnbook.measure import Timing, compare, timings
+from attnbook.lab.measure import Timing, compare, timings
 
 
 def time_point(B: int, d: int, T: int, mode: str, methods: list[str], repeats: int,
                budget_s: float) -> dict[str, Timing]:
     """Every repeat of each method at one (B, T, d, mode), by the labs' protocol.
 
-    ``attnbook.measure.compare``: two warm-up rounds, then repeats that interleave the methods,
+    ``attnbook.lab.measure.compare``: two warm-up rounds, then repeats that interleave the methods,
     so that a change in the machine's load affects all of them alike; after ``budget_s``
     seconds a point stops at three repeats or more. Threads as set for the run (the ``_1t``
     methods switch to one inside the call).

@@ -6,7 +6,7 @@ Usage: python benchmarks/ring_bench.py [--T 4096] [--B 2] [--d 64] [--worlds 1 2
 Every rank shards the same causal sequence and times the forward and backward pass of
 ``attnbook.ring.ring_attention`` with each per-step kernel (``tiled``: chapter 10's Python
 loop; ``fused``: PyTorch's CPU flash kernel, which returns the log-sum-exp the merge needs),
-interleaved by ``attnbook.measure.compare`` (warm-up, then repeats, median and spread). It
+interleaved by ``attnbook.lab.measure.compare`` (warm-up, then repeats, median and spread). It
 reports per rank: the scores it computes (work), the median wall time of the pass, the seconds one
 more pass spends in the per-step attention (waits excluded), and the peak rise of its
 resident set during a last pass (its inputs included). Printed as Markdown tables, the
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from bench_memory import peak_above_baseline  # noqa: E402
 
 from attnbook import ring  # noqa: E402
-from attnbook.measure import compare, conditions  # noqa: E402
+from attnbook.lab.measure import compare, conditions  # noqa: E402
 
 MiB = 2**20
 

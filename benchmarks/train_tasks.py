@@ -20,9 +20,9 @@ from pathlib import Path
 
 import torch
 
+from attnbook.lab.tasks import TASKS, get_task
+from attnbook.lab.train import train
 from attnbook.model import TinyConfig, TinyModel
-from attnbook.tasks import TASKS, get_task
-from attnbook.train import train
 
 # The full configuration (the lab trains a smaller one so that it runs in seconds).
 FULL = {"d_model": 64, "n_heads": 4, "n_layers": 2, "mlp": True}

@@ -35,7 +35,7 @@ def setup_cell_source() -> str:
         'if "google.colab" in sys.modules:\n'
         f'    !pip install -q --no-deps "git+{url}@{branch}"\n'
         "\n"
-        "from attnbook.notebook import setup\n"
+        "from attnbook.lab.notebook import setup\n"
         "\n"
         "device = setup(seed=0)"
     )

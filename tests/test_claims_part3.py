@@ -248,7 +248,7 @@ def test_keep_freed_memory_covers_buffers_up_to_32_mib_only():
     import ctypes
     import ctypes.util
 
-    from attnbook.measure import keep_freed_memory
+    from attnbook.lab.measure import keep_freed_memory
 
     if not keep_freed_memory():
         pytest.skip("the allocator setting needs glibc")

@@ -15,10 +15,10 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnbook import Attention
+from attnbook.lab.tasks import IGNORE, get_task
+from attnbook.lab.train import train
 from attnbook.model import TinyConfig, TinyModel
 from attnbook.multihead import MultiHeadAttention
-from attnbook.tasks import IGNORE, get_task
-from attnbook.train import train
 
 
 def matmul_flops(module: nn.Module, T: int) -> dict[str, int]:

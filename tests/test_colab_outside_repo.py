@@ -376,7 +376,7 @@ def test_lab_runs_with_colab_versions(path, colab_runs, wheel_site):
 
 _LIVE_PROBE = """
 import importlib.util, json, ipywidgets
-from attnbook import static_widgets as sw
+from attnbook.lab import static_widgets as sw
 calls = []
 box = sw.static_interact(lambda d, flag: calls.append([d, flag]), display=False,
                          d=ipywidgets.SelectionSlider(options=[4, 8, 16], value=8),

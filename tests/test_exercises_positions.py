@@ -228,7 +228,7 @@ def _run(source):
 def test_practice_checks_refuse_the_librarys_code():
     ns = _run("import torch\n"
               "from attnbook.positions import alibi_slopes\n"
-              "from attnbook.position_lab import score_by_distance\n"
+              "from attnbook.lab.position_lab import score_by_distance\n"
               "from attnbook.exercises.positions import check_alibi_slopes, "
               "check_relative_scores\n"
               "def head_slopes(h):\n"

@@ -175,7 +175,7 @@ def test_contiguous_work_counts_what_the_ring_computes():
     """The counts are the (query, key) pairs the simulated ring attends: equal when T is a
     multiple of 2P; with padding the ring also computes the masked padded places, which the
     exercise leaves out."""
-    from attnbook.ring_trace import trace_ring
+    from attnbook.lab.ring_trace import trace_ring
 
     for T, P, padded in ((64, 4, False), (13, 2, True)):
         tr = trace_ring(*(torch.randn(1, T, 2, dtype=torch.float64) for _ in range(4)),

@@ -184,7 +184,7 @@ def test_score_variance_bad_input_is_told_not_raised(pairs, answer):
 
 @pytest.fixture
 def masked():
-    from attnbook.saturation import score_rows
+    from attnbook.lab.saturation import score_rows
 
     seen = torch.tensor([[4], [8], [12], [16]])
     s = score_rows(64, 4, 16, "none", seed=11)
@@ -192,7 +192,7 @@ def masked():
 
 
 def test_row_entropy_right_answers(masked):
-    from attnbook.saturation import entropy
+    from attnbook.lab.saturation import entropy
 
     p = torch.softmax(masked, dim=-1)
     right = SOLUTIONS["check_entropy"](masked)
@@ -265,7 +265,7 @@ PRELUDE = ("import math, torch\n"
 def test_practice_checks_refuse_the_librarys_functions():
     ns = _run(PRELUDE + (
         "from attnbook import attention_scores, scale_scores\n"
-        "from attnbook.saturation import entropy\n"
+        "from attnbook.lab.saturation import entropy\n"
         "def head_scores(q, k, h):\n"
         "    T, D = q.shape\n"
         "    split = lambda x: x.reshape(x.size(0), h, D // h).transpose(0, 1)\n"

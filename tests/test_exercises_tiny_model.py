@@ -13,8 +13,8 @@ from attnbook.exercises.tiny_model import (
     check_copy_targets,
     check_embedding,
 )
+from attnbook.lab.tasks import IGNORE, copy_batch
 from attnbook.model import TinyConfig, TinyModel
-from attnbook.tasks import IGNORE, copy_batch
 
 
 def copy_targets(x, delay):
@@ -190,7 +190,7 @@ def test_practice_checks_refuse_the_models_embed():
 def test_answers_fixed_to_the_labs_input_fail_the_second_input():
     ns = {"__name__": "__main__"}
     exec("import torch\n"  # noqa: S102 (the test's own code)
-         "from attnbook.tasks import IGNORE\n"
+         "from attnbook.lab.tasks import IGNORE\n"
          "from attnbook.exercises.tiny_model import check_copy_targets, check_accuracy\n"
          "def copy_targets(x, delay):\n"
          "    y = torch.full_like(x, IGNORE)\n"

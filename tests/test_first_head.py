@@ -1,4 +1,4 @@
-"""attnbook.first_head: one head, trained in seconds, learns to look at the previous token."""
+"""attnbook.lab.first_head: one head, trained in seconds, learns to look at the previous token."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnbook.first_head import FirstHead, previous_token_weight, train_first_head
+from attnbook.lab.first_head import FirstHead, previous_token_weight, train_first_head
 
 
 def test_shapes_and_the_map():

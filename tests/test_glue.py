@@ -1,11 +1,11 @@
-"""attnbook.notebook.glue stores exactly what myst-nb's glue stores, formatted by the lab."""
+"""attnbook.lab.notebook.glue stores exactly what myst-nb's glue stores, formatted by the lab."""
 
 from __future__ import annotations
 
 import IPython.display
 import torch
 
-from attnbook.notebook import GLUE_PREFIX, glue
+from attnbook.lab.notebook import GLUE_PREFIX, glue
 
 
 def test_glue_formats_and_stores_like_myst_nb(monkeypatch):

@@ -26,15 +26,14 @@ import torch  # noqa: E402
 from attnbook.gpu.decoding import flash_decoding, merge_partials, split_partials  # noqa: E402
 from attnbook.gpu.io_cost import H100, decoding_bytes, flash_flops, flash_io, standard_io  # noqa: E402
 from attnbook.gpu.roofline import KernelCount, count_kernel, draw_roofline, png_bytes  # noqa: E402
-from attnbook.measure import LiveTensorBytes, Timing, best_time, compare, timings  # noqa: E402
-from attnbook.ring import ring_attention, simulate_ring, simulate_ring_grads  # noqa: E402
-from attnbook.ring_trace import (  # noqa: E402
+from attnbook.lab.measure import LiveTensorBytes, Timing, best_time, compare, timings  # noqa: E402
+from attnbook.lab.ring_trace import (  # noqa: E402
     describe_step,
     draw_ring_step,
     step_work_figure,
     trace_ring,
 )
-from attnbook.tile_trace import (  # noqa: E402
+from attnbook.lab.tile_trace import (  # noqa: E402
     backward_alt,
     draw_tiles,
     forward_alt,
@@ -44,6 +43,7 @@ from attnbook.tile_trace import (  # noqa: E402
     trace_backward,
     trace_forward,
 )
+from attnbook.ring import ring_attention, simulate_ring, simulate_ring_grads  # noqa: E402
 
 F64 = torch.float64
 

@@ -9,7 +9,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook.mask_widgets import (  # noqa: E402
+from attnbook.lab.mask_widgets import (  # noqa: E402
     causal_entries,
     document_lengths,
     draw_block_mask,

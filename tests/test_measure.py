@@ -1,4 +1,4 @@
-"""attnbook.measure: the one timing protocol of the labs and benchmarks, and LiveTensorBytes."""
+"""attnbook.lab.measure: the one timing protocol of the labs and benchmarks, and LiveTensorBytes."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook.measure import (
+from attnbook.lab.measure import (
     LiveTensorBytes,
     Timing,
     best_time,
@@ -71,7 +71,7 @@ def test_allocator_settings_and_conditions_say_what_they_did():
 
 
 def test_the_labs_the_docstrings_name_are_the_labs_that_time_so():
-    """attnbook.measure's docstring names the labs that compare CPU timings with ``compare``
+    """attnbook.lab.measure's docstring names the labs that compare CPU timings with ``compare``
     (9 to 12, 14, 15) and the GPU labs that use ``attnbook.gpu.timing.benchmark`` (17 to 19;
     Lab 18 times nothing); attnbook.gpu.timing's says the same. A lab that starts or stops
     timing one way must change the docstrings too."""
@@ -79,7 +79,7 @@ def test_the_labs_the_docstrings_name_are_the_labs_that_time_so():
     import re
     from pathlib import Path
 
-    import attnbook.measure as measure
+    import attnbook.lab.measure as measure
     from attnbook.gpu import timing
 
     labs = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -94,7 +94,7 @@ def test_the_labs_the_docstrings_name_are_the_labs_that_time_so():
         return {int(p.name[:2]) for p in labs
                 if re.search(imports, code(p)) and re.search(rf"\b{name}\(", code(p))}
 
-    assert calling("attnbook.measure", "compare") == {9, 10, 11, 12, 14, 15}
+    assert calling("attnbook.lab.measure", "compare") == {9, 10, 11, 12, 14, 15}
     assert "(Labs 9 to 12, 14 and 15)" in measure.__doc__
     assert "(9 to 12, 14, 15)" in timing.__doc__
     gpu_labs = calling("attnbook.gpu.timing", "benchmark")

@@ -7,10 +7,10 @@ import re
 import pytest
 import torch
 
+from attnbook.lab.tasks import get_task
+from attnbook.lab.train import evaluate, sequence_loss, train
 from attnbook.model import TinyConfig, TinyModel
 from attnbook.multihead import MultiHeadAttention
-from attnbook.tasks import get_task
-from attnbook.train import evaluate, sequence_loss, train
 
 
 def test_model_shapes_and_weights():

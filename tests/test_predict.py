@@ -2,7 +2,7 @@
 
 Each lab in PREDICT_DONE asks at least two questions before cells that measure: a markdown
 prompt, a code cell holding the reader's guess (stored as None), and right after it the
-measuring cell, which prints the guess beside the result with attnbook.predict. The student
+measuring cell, which prints the guess beside the result with attnbook.lab.predict. The student
 editions keep the prompts and grade none of them.
 """
 
@@ -16,7 +16,7 @@ import nbformat
 import pytest
 import torch
 
-from attnbook.predict import compare_prediction
+from attnbook.lab.predict import compare_prediction
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

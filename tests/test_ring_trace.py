@@ -11,8 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from attnbook import Attention  # noqa: E402
-from attnbook.ring import pick_kernel, simulate_ring, visible_scores  # noqa: E402
-from attnbook.ring_trace import (  # noqa: E402
+from attnbook.lab.ring_trace import (  # noqa: E402
     describe_step,
     draw_ring_step,
     replay_backward,
@@ -20,6 +19,7 @@ from attnbook.ring_trace import (  # noqa: E402
     step_work_figure,
     trace_ring,
 )
+from attnbook.ring import pick_kernel, simulate_ring, visible_scores  # noqa: E402
 
 
 def _inputs(T, heads=0, seed=0):
@@ -146,7 +146,7 @@ def _lab15_static_views():
     """Lab 15's stored static widgets: [(control labels, {index tuple: view as a grey image})].
 
     Read from the executed lab's saved widget state, as the site renders it: the VBox marked by
-    ``attnbook.static_widgets.STATIC_CLASS`` holds the controls and the root of the stacks, one
+    ``attnbook.lab.static_widgets.STATIC_CLASS`` holds the controls and the root of the stacks, one
     level of stacks per control, each leaf an Output with the view's figure."""
     import base64
     import io
@@ -156,7 +156,7 @@ def _lab15_static_views():
     import numpy as np
     from PIL import Image
 
-    from attnbook.static_widgets import STATIC_CLASS
+    from attnbook.lab.static_widgets import STATIC_CLASS
 
     lab = Path(__file__).resolve().parents[1] / "notebooks" / "15_ring_attention.ipynb"
     nb = json.loads(lab.read_text(encoding="utf-8"))

@@ -1,4 +1,4 @@
-"""attnbook.saturation: the measurements chapter 3 makes, and the claims the chapter rests on."""
+"""attnbook.lab.saturation: the measurements chapter 3 makes, and the claims it rests on."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnbook import Attention, attention_scores, scale_scores
-from attnbook.saturation import (
+from attnbook.lab.saturation import (
     SCALES,
     divisor,
     dot_products,

@@ -4,11 +4,11 @@ Serves _build/html on 127.0.0.1 and opens each toc page in Chromium (Playwright,
 /usr/bin/chromium, never a downloaded browser). For every page: each request answers 200, no
 request leaves for another host (they are blocked and recorded), no uncaught page error, MathJax
 typeset every formula (and none failed), every image loaded, every widget shows its controls and
-figure, and each lab links to itself in Colab. Widgets made by attnbook.static_widgets move without
-a kernel: each of their controls is changed, and the view shown must change and be the stored
-view for the new values; every control is moved from the keyboard alone (Tab-reachable, arrows
-or Space). Every image, widget figures included, must have alternative text. Every page is also
-audited for accessibility with axe-core (vendored
+figure, and each lab links to itself in Colab. Widgets made by attnbook.lab.static_widgets move
+without a kernel: each of their controls is changed, and the view shown must change and be the
+stored view for the new values; every control is moved from the keyboard alone (Tab-reachable,
+arrows or Space). Every image, widget figures included, must have alternative text. Every page
+is also audited for accessibility with axe-core (vendored
 from npm by scripts/vendor_assets.py, injected from disk, so nothing is fetched): no critical or
 serious violation may remain unless :data:`AXE_ALLOWED` lists it with the reason it cannot be
 fixed. Screenshots go to _build/screenshots/, with a summary.json of what was checked and an

@@ -1,4 +1,4 @@
-"""attnbook.static_widgets: precomputed views in nested Stacks, switched by jslinked controls."""
+"""attnbook.lab.static_widgets: stored views in nested Stacks, switched by jslinked controls."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import ipywidgets as widgets
 import nbformat
 import pytest
 
-from attnbook import static_widgets as sw
+from attnbook.lab import static_widgets as sw
 
 ROOT = Path(__file__).resolve().parents[1]
 # Labs 11 to 14 still use a live ipywidgets.interact (their conversion is pending).
@@ -119,7 +119,7 @@ def test_views_are_stored_in_the_notebook(tmp_path):
     nb.cells = [nbformat.v4.new_code_cell(
         "import ipywidgets as widgets\n"
         "import matplotlib.pyplot as plt\n"
-        "from attnbook.static_widgets import static_interact\n"
+        "from attnbook.lab.static_widgets import static_interact\n"
         "def view(n, on):\n"
         "    print(f'n={n} on={on}')\n"
         "    plt.figure(figsize=(2, 1))\n"

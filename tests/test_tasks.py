@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from attnbook.tasks import IGNORE, TASKS, copy_batch, get_task, induction_batch, reverse_batch
+from attnbook.lab.tasks import IGNORE, TASKS, copy_batch, get_task, induction_batch, reverse_batch
 
 
 @pytest.mark.parametrize("name", TASKS)
@@ -91,7 +91,7 @@ def test_decode_gives_letters_and_the_separator():
 
 
 def test_copy_set_baseline_small_cases_by_hand():
-    from attnbook.tasks import copy_set_baseline
+    from attnbook.lab.tasks import copy_set_baseline
     # delay 1, 2 symbols: t = 1 always right; t = 2 right unless the two differ (then 1/2)
     acc, nats = copy_set_baseline(length=3, delay=1, n_symbols=2)
     assert acc == pytest.approx((1 + 0.75) / 2)
@@ -104,7 +104,7 @@ def test_copy_set_baseline_small_cases_by_hand():
 def test_copy_set_baseline_agrees_with_sampling_the_best_set_predictor():
     """Simulate the predictor that guesses the most frequent earlier token (it sees no order)
     on the copy task's own batches: its accuracy and cross-entropy match the exact values."""
-    from attnbook.tasks import copy_set_baseline
+    from attnbook.lab.tasks import copy_set_baseline
     acc, nats = copy_set_baseline()
     assert round(acc, 3) == 0.304 and round(nats, 2) == 1.62  # chapter 14's numbers
     x, y = get_task("copy").batch(4000, seed=5)  # (B, 16)

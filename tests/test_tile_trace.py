@@ -7,8 +7,7 @@ import pytest
 import torch
 
 from attnbook import Attention
-from attnbook.online import tiled_attention, tiled_attention_backward, tiled_attention_forward
-from attnbook.tile_trace import (
+from attnbook.lab.tile_trace import (
     backward_alt,
     forward_alt,
     forward_errors,
@@ -18,6 +17,7 @@ from attnbook.tile_trace import (
     trace_backward,
     trace_forward,
 )
+from attnbook.online import tiled_attention, tiled_attention_backward, tiled_attention_forward
 
 matplotlib.use("Agg")
 

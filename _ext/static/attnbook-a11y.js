@@ -6,9 +6,9 @@
  * whenever they change:
  *
  * - gives each figure in a widget alternative text: the description the lab stored with it
- *   (attnbook.static_widgets puts it in the figure's output metadata, {"image/png": {"alt": ...}},
- *   in the saved widget state), else the values of the controls that select its view
- *   ("T = 8, layout = zigzag");
+ *   (attnbook.lab.static_widgets puts it in the figure's output metadata,
+ *   {"image/png": {"alt": ...}}, in the saved widget state), else the values of the controls
+ *   that select its view ("T = 8, layout = zigzag");
  * - names each slider handle and drop-down after its control (its description, else "control
  *   k of this widget"), and makes a slider announce the selected value, not its index.
  */

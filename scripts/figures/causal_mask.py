@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
 from attnbook import Attention, attention_scores, scale_scores  # noqa: E402
-from attnbook.plotting import plot_attention  # noqa: E402
+from attnbook.lab.plotting import plot_attention  # noqa: E402
 from figures import save  # noqa: E402
 from figures.glance import tiny_example  # noqa: E402  (chapter 0's running example, Lab 4's too)
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook.first_head import previous_token_weight, train_first_head  # noqa: E402
+from attnbook.lab.first_head import previous_token_weight, train_first_head  # noqa: E402
 from figures import save  # noqa: E402
 
 PROBE_SEED = 7  # the held-out sequence whose map is drawn (the lab draws the same one)

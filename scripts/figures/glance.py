@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from attnbook import Attention  # noqa: E402
-from attnbook.plotting import plot_attention  # noqa: E402
+from attnbook.lab.plotting import plot_attention  # noqa: E402
 from figures import save  # noqa: E402
 
 TOKENS = ["the", "cat", "sat", "on", "the", "mat"]

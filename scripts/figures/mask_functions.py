@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook.mask_widgets import draw_block_mask, legend_handles  # noqa: E402
+from attnbook.lab.mask_widgets import draw_block_mask, legend_handles  # noqa: E402
 from attnbook.masks import (  # noqa: E402
     block_mask,
     causal_mod,

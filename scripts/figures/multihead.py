@@ -11,8 +11,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
 
+from attnbook.lab.plotting import plot_attention  # noqa: E402
 from attnbook.multihead import MultiHeadAttention  # noqa: E402
-from attnbook.plotting import plot_attention  # noqa: E402
 from figures import save  # noqa: E402
 
 COLOURS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"]

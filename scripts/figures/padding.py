@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
 from attnbook import Attention, causal_mask  # noqa: E402
-from attnbook.plotting import plot_attention  # noqa: E402
+from attnbook.lab.plotting import plot_attention  # noqa: E402
 from attnbook.seed import Attention as SeedAttention  # noqa: E402
 from figures import save  # noqa: E402
 

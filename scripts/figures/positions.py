@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook.position_lab import roformer_bound, score_by_distance  # noqa: E402
+from attnbook.lab.position_lab import roformer_bound, score_by_distance  # noqa: E402
 from figures import save  # noqa: E402
 
 D_H, MAX_R = 64, 256

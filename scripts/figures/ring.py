@@ -10,8 +10,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from attnbook.lab.ring_trace import trace_ring  # noqa: E402
 from attnbook.ring import chunk_ids, visible_scores  # noqa: E402
-from attnbook.ring_trace import trace_ring  # noqa: E402
 from figures import save  # noqa: E402
 
 COLOURS = ["tab:blue", "tab:orange", "tab:green", "tab:red"]

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook.saturation import (  # noqa: E402
+from attnbook.lab.saturation import (  # noqa: E402
     SCALES,
     dot_products,
     entropy,

@@ -13,10 +13,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
+from attnbook.lab.plotting import plot_attention  # noqa: E402
+from attnbook.lab.tasks import get_task  # noqa: E402
+from attnbook.lab.train import train  # noqa: E402
 from attnbook.model import TinyConfig, TinyModel  # noqa: E402
-from attnbook.plotting import plot_attention  # noqa: E402
-from attnbook.tasks import get_task  # noqa: E402
-from attnbook.train import train  # noqa: E402
 from figures import save  # noqa: E402
 
 SMALL = {"d_model": 32, "n_heads": 2, "n_layers": 2, "mlp": False}  # the lab's configuration

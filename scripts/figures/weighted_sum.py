@@ -12,7 +12,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from attnbook import Attention  # noqa: E402
-from attnbook.plotting import plot_attention  # noqa: E402
+from attnbook.lab.plotting import plot_attention  # noqa: E402
 from attnbook.scores import attention_scores, scale_scores  # noqa: E402
 from attnbook.softmax import stable_softmax, temperature_softmax  # noqa: E402
 from figures import save  # noqa: E402

@@ -5,7 +5,6 @@ d model width (``d_model``), h heads, d_h head width.
 """
 
 from .attention import Attention
-from .first_head import FirstHead, train_first_head
 from .fused import fused_attention
 from .gpu import flash_attention, flash_decoding  # Triton loads on first use, not here
 from .kv_cache import KVCache, cached_attention, generate
@@ -46,20 +45,16 @@ from .positions import alibi_bias, alibi_slopes, apply_rope, sinusoidal_table
 from .ring import ring_attention
 from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax, softmax_jacobian, stable_softmax, temperature_softmax
-from .tasks import IGNORE, get_task
-from .train import evaluate, train
 from .weighted_sum import weighted_sum
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "IGNORE",
     "alibi_bias",
     "alibi_slopes",
     "apply_rope",
     "sinusoidal_table",
     "Attention",
-    "FirstHead",
     "KVCache",
     "cached_attention",
     "fused_attention",
@@ -94,17 +89,13 @@ __all__ = [
     "MultiHeadAttention",
     "TinyConfig",
     "TinyModel",
-    "evaluate",
     "from_additive_mask",
     "from_key_padding_mask",
     "from_sdpa_mask",
-    "get_task",
     "softmax_jacobian",
     "temperature_softmax",
     "to_mha_attn_mask",
     "to_sdpa_key_mask",
-    "train",
-    "train_first_head",
     "attention_scores",
     "blocked_positions",
     "causal_mask",
@@ -116,3 +107,20 @@ __all__ = [
     "to_sdpa_mask",
     "weighted_sum",
 ]
+
+# The lab helpers the top level used to export, still found here for code written before they
+# moved to attnbook.lab; they load on first use, so `import attnbook` imports none of the lab.
+_MOVED_TO_LAB = {"FirstHead": "first_head", "train_first_head": "first_head",
+                 "IGNORE": "tasks", "get_task": "tasks", "evaluate": "train", "train": "train"}
+
+
+def __getattr__(name: str):
+    """``attnbook.lab`` and the names of :data:`_MOVED_TO_LAB`, imported on first access."""
+    import importlib
+
+    if name == "lab":
+        return importlib.import_module(".lab", __name__)
+    if name in _MOVED_TO_LAB:
+        module = importlib.import_module(f".lab.{_MOVED_TO_LAB[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

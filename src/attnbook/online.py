@@ -279,7 +279,7 @@ def tiled_attention_forward(
             ``i0, i1, j0, j1``, ``masked`` (some score of the tile was blocked) and copies of
             the running ``m``, ``l`` and ``acc`` of its query block (``m`` is the maximum of
             the scaled scores). None (the default) records nothing. See
-            :mod:`attnbook.tile_trace`.
+            :mod:`attnbook.lab.tile_trace`.
         plan: from :func:`tile_plan` for a mask_mod or score_mod: empty tiles are skipped,
             partial ones masked by the plan's mask_mod, full ones left alone. None: the
             causal / padding rule built from indices (the original loop).
@@ -367,7 +367,7 @@ def tiled_attention_backward(
     ``record``, if a list, receives ``{"step": "D", "D": ...}`` before the loop, then one dict
     per tile, in loop order (query blocks outside), with ``i0, i1, j0, j1`` and the tile's
     contributions ``dq`` (to rows i0..i1), ``dk`` and ``dv`` (to rows j0..j1), in the
-    accumulation dtype. See :mod:`attnbook.tile_trace`.
+    accumulation dtype. See :mod:`attnbook.lab.tile_trace`.
 
     With a ``plan`` (:func:`tile_plan`) the backward visits the forward's tiles: empty ones
     are skipped, partial ones masked. A score_mod ``s' = f(s)`` changes the scores the softmax

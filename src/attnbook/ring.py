@@ -13,7 +13,7 @@ step's compute and waited on after it, the gradients' included.
 
 ``simulate_ring`` and ``simulate_ring_grads`` play all ranks in one process with the same
 per-step functions; their ``record`` list receives what each rank did at each step (see
-:mod:`attnbook.ring_trace`).
+:mod:`attnbook.lab.ring_trace`).
 
 A sequence is cut into 2P chunks of equal length (padded at the end with masked keys when T is
 not a multiple of 2P); every rank holds two chunks. ``"contiguous"`` gives rank r chunks 2r and

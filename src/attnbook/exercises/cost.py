@@ -100,8 +100,8 @@ GRADED = {
 practise(GRADED, globals())
 
 
-# The measuring tools live in attnbook.measure; re-exported here for the labs of Part III.
-from ..measure import (  # noqa: E402, F401
+# The measuring tools live in attnbook.lab.measure; re-exported here for the labs of Part III.
+from ..lab.measure import (  # noqa: E402, F401
     LiveTensorBytes,
     best_time,
     compare,

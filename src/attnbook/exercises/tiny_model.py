@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from ..tasks import IGNORE
+from ..lab.tasks import IGNORE
 from . import Feedback, FunctionExercise, HiddenCase, check_tensor, practise
 
 

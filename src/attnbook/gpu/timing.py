@@ -13,10 +13,10 @@ way. With
 call reads its inputs from HBM rather than from the L2 cache, as in ``triton.testing.do_bench``.
 
 On the CPU the same helper times with ``time.perf_counter``, which is right there: CPU work
-is finished when the call returns. That loop is :func:`attnbook.measure.timings`, one call at a
-time. The CPU labs that compare timings (9 to 12, 14, 15) and ``benchmarks/`` use
-:func:`attnbook.measure.compare` instead, which interleaves the calls it compares and fixes the
-number of threads.
+is finished when the call returns. That loop is :func:`attnbook.lab.measure.timings`, one call
+at a time. The CPU labs that compare timings (9 to 12, 14, 15) and ``benchmarks/`` use
+:func:`attnbook.lab.measure.compare` instead, which interleaves the calls it compares and fixes
+the number of threads.
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-
-from ..measure import timings
 
 
 @dataclass(frozen=True)
@@ -68,7 +66,9 @@ def benchmark(fn: Callable[[], object], device: torch.device | str | None = None
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(device)
-    if device.type != "cuda":  # the labs' CPU loop (attnbook.measure), threads left as they are
+    if device.type != "cuda":  # the labs' CPU loop, threads left as they are
+        from ..lab.measure import timings  # here: `import attnbook` loads no lab module
+
         cpu = timings(fn, repeats=repeats, threads=None, warmup=warmup)
         return _summary([t * 1e3 for t in cpu.times], "cpu")
     for _ in range(warmup):

@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from .softmax import softmax_jacobian, stable_softmax
+from ..softmax import softmax_jacobian, stable_softmax
 
 #: The divisors the book compares: none, the square root of the width, the width itself.
 SCALES = ("none", "sqrt(d)", "d")

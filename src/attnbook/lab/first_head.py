@@ -3,11 +3,11 @@
 Chapters 1 to 8 show untrained attention, whose weights are close to uniform. This module
 trains the smallest model in which attention has to mean something: token embeddings plus
 learned position embeddings, one :class:`attnbook.Attention`, and a linear readout, on the copy
-task with delay 1 (predict the token just before, :func:`attnbook.tasks.copy_batch`). There is
+task with delay 1 (predict the token just before, :func:`attnbook.lab.tasks.copy_batch`). There is
 no residual connection, so the readout sees only what attention gathered: to answer, the head
 must put its weight on the previous token. One attention layer sees the keys up to a query as
 a set (every key is compared by content alone), so the position embeddings are what let a query
-find "the token one place back". Training reuses :func:`attnbook.train.train`; a forward
+find "the token one place back". Training reuses :func:`attnbook.lab.train.train`; a forward
 pre-hook copies the weights every few steps, so the lab can replay how the attention map
 sharpens.
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from .attention import Attention
+from ..attention import Attention
 from .tasks import Task, get_task
 from .train import History, train
 
@@ -86,7 +86,7 @@ class FirstHeadRun:
     Attributes:
         model: the trained model.
         task: the copy task it was trained on.
-        history: losses, held-out accuracy and seconds (see :class:`attnbook.train.History`).
+        history: losses, held-out accuracy and seconds (see :class:`attnbook.lab.train.History`).
         snapshots: ``(step, state_dict)`` pairs: the weights after that many training steps.
     """
 
@@ -114,7 +114,8 @@ def train_first_head(d_model: int = 32, length: int = 12, n_symbols: int = 10,
         d_model: width d of the model.
         length: tokens per sequence T.
         n_symbols: vocabulary size V.
-        steps: optimiser steps (AdamW with warm-up and cosine decay, :func:`attnbook.train`).
+        steps: optimiser steps (AdamW with warm-up and cosine decay,
+            :func:`attnbook.lab.train.train`).
         batch_size: sequences per step.
         lr: peak learning rate.
         seed: seeds the initial weights and the training batches.

@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .checks import check_whole_number
+from ..checks import check_whole_number
 
 
 class LiveTensorBytes:

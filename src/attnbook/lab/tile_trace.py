@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import check_finite, check_padding_mask, check_whole_number
-from .fused import check_self_attention_lengths
-from .online import tiled_attention_backward, tiled_attention_forward
+from ..checks import check_finite, check_padding_mask, check_whole_number
+from ..fused import check_self_attention_lengths
+from ..online import tiled_attention_backward, tiled_attention_forward
 
 # The book's tile colours (scripts/figures/gpu.py): computed, diagonal (masked), masked part.
 FULL, DIAGONAL, MASKED_PART, CURRENT = "#4c72b0", "#55a868", "#e8f0e8", "#dd8452"

@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from .positions import apply_rope, rope_frequencies
+from ..positions import apply_rope, rope_frequencies
 from .tasks import IGNORE, Task
 from .train import EVAL_SEED, sequence_loss
 

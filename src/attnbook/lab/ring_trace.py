@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .checks import check_whole_number
-from .ring import (
+from ..checks import check_whole_number
+from ..ring import (
     chunk_ids,
     finish_state,
     merge_block,
