@@ -88,10 +88,10 @@ def book_solutions(lab: str) -> dict:
     root = Path(__file__).resolve().parents[1]
     if str(root / "scripts") not in sys.path:
         sys.path.insert(0, str(root / "scripts"))
-    import classroom
+    from grading import labs
 
     nb = nbformat.read(root / "notebooks" / f"{lab}.ipynb", as_version=4)
-    return {ex.check: solution_function(nb, ex) for ex in classroom.find_exercises(nb)}
+    return {ex.check: solution_function(nb, ex) for ex in labs.find_exercises(nb)}
 
 
 # The unit step runs two files at a time (pytest-xdist, --dist loadfile --no-loadscope-reorder),

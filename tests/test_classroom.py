@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import classroom  # noqa: E402
+from grading import autograder, classroom, classroom_guide, handouts, labs  # noqa: E402
 
 LABS = ["03_scaling", "04_causal_mask", "05_padding"]
 ALL = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -37,7 +37,7 @@ def _value_lab():
     (release 2026-autumn-b): each exercise cell sets ``answer = ...`` and checks it on the
     lab's own inputs; a solution cell follows, after the note that hides it."""
     cell, md = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
-    solution = classroom.SOLUTION_TITLE + " (double-click to show the code)\n"
+    solution = labs.SOLUTION_TITLE + " (double-click to show the code)\n"
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3",
                                  "language": "python"}
@@ -50,7 +50,7 @@ def _value_lab():
              "k = torch.randn(4, 5, 8, generator=gen, dtype=torch.float64)  # (h, T, d_h)\n"
              "answer = ...  # your code: the scaled scores, (h, T, T)\n\n"
              "check_scaled_scores(answer, q, k)"),
-        md(classroom.HIDDEN_NOTE),
+        md(handouts.HIDDEN_NOTE),
         cell(solution + "answer = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))\n"
              "print(check_scaled_scores(answer, q, k))"),
         md("## Exercise 2: the variance of the scores"),
@@ -59,7 +59,7 @@ def _value_lab():
              "ks = torch.randn(200, 16, generator=gen, dtype=torch.float64)  # (m, d)\n"
              "answer = ...  # your code: a scalar tensor\n\n"
              "check_dot_variance(answer, qs, ks)"),
-        md(classroom.HIDDEN_NOTE),
+        md(handouts.HIDDEN_NOTE),
         cell(solution + "answer = (qs @ ks.T).var()\nprint(check_dot_variance(answer, qs, ks))"),
         md("## What you saw\n\n- The divisor is the head width.\n\nNext, step 4."),
     ]
@@ -71,23 +71,23 @@ def test_the_value_form_of_an_older_edition_is_found_and_edited():
     student edition keeps the placeholder and drops the solution, and grades the exercise cell;
     the instructor edition grades the solution cell; Colab's dropped metadata is repaired."""
     lab = _value_lab()
-    exercises = classroom.find_exercises(lab)
+    exercises = labs.find_exercises(lab)
     assert [(e.name, e.variable, e.function, e.solutions) for e in exercises] == [
         ("scaled_scores", "answer", None, [5]), ("dot_variance", "answer", None, [9])]
     assert exercises[0].call == "check_scaled_scores(answer, q, k)"
-    student = classroom.student_edition(lab, exercises, "value_lab")
-    assert not any(classroom.is_solution(c) for c in student.cells)
+    student = handouts.student_edition(lab, exercises, "value_lab")
+    assert not any(labs.is_solution(c) for c in student.cells)
     graded = [c for c in student.cells if "otter" in c.metadata]
     assert [c.metadata["otter"]["tests"] for c in graded] == [["scaled_scores"], ["dot_variance"]]
-    assert all(classroom.PLACEHOLDER.search(c.source) for c in graded)
+    assert all(labs.PLACEHOLDER.search(c.source) for c in graded)
     assert "**Method limits.**" not in student.cells[1].source  # no function, nothing to limit
     for c in student.cells:
         c.metadata.pop("otter", None)
-    assert classroom.retag(student, exercises) == 2
+    assert labs.retag(student, exercises) == 2
     assert len([c for c in student.cells if "otter" in c.metadata]) == 2
-    teacher = classroom.instructor_edition(lab, exercises, "value_lab")
+    teacher = handouts.instructor_edition(lab, exercises, "value_lab")
     graded = [c for c in teacher.cells if "otter" in c.metadata]
-    assert len(graded) == 2 and all(classroom.is_solution(c) for c in graded)
+    assert len(graded) == 2 and all(labs.is_solution(c) for c in graded)
     notes = teacher.cells[1].source
     assert "- `scaled_scores` (1 point): `check_scaled_scores(answer, q, k)`" in notes
 
@@ -97,7 +97,7 @@ def test_current_labs_ask_for_functions_only():
     older editions only."""
     for path in ALL:
         nb = nbformat.read(path, as_version=4)
-        values = [e.name for e in classroom.find_exercises(nb) if not e.function]
+        values = [e.name for e in labs.find_exercises(nb) if not e.function]
         assert not values, f"{path.stem}: exercises in the value form: {values}"
 
 
@@ -125,19 +125,19 @@ def test_editions(built):
         student = nbformat.read(out / "student" / f"{lab}.ipynb", as_version=4)
         teacher = nbformat.read(out / "instructor" / f"{lab}.ipynb", as_version=4)
         assert exercises[lab], lab
-        assert not any(classroom.is_solution(c) for c in student.cells)
-        assert not any(classroom.HIDDEN_NOTE in c.source for c in student.cells)
-        solutions = sum(classroom.is_solution(c) for c in lab_nb.cells)
-        assert sum(classroom.is_solution(c) for c in teacher.cells) == solutions > 0
+        assert not any(labs.is_solution(c) for c in student.cells)
+        assert not any(handouts.HIDDEN_NOTE in c.source for c in student.cells)
+        solutions = sum(labs.is_solution(c) for c in lab_nb.cells)
+        assert sum(labs.is_solution(c) for c in teacher.cells) == solutions > 0
         # Every other cell of the lab is in the student edition, unchanged, outputs included,
         # except the closing summary, which states the answers.
         first = next(c for c in lab_nb.cells if c.cell_type == "code")  # pinned: see below
-        kept = [c for c in lab_nb.cells if not classroom.is_solution(c)
-                and classroom.HIDDEN_NOTE not in c.source
-                and not classroom.SUMMARY_HEADING.search(c.source) and c is not first]
+        kept = [c for c in lab_nb.cells if not labs.is_solution(c)
+                and handouts.HIDDEN_NOTE not in c.source
+                and not handouts.SUMMARY_HEADING.search(c.source) and c is not first]
         sources = [c.source for c in student.cells]
         assert all(c.source in sources for c in kept)
-        assert any(classroom.SUMMARY_PROMPT in s for s in sources)
+        assert any(handouts.SUMMARY_PROMPT in s for s in sources)
         graded = [c for c in student.cells if "otter" in c.metadata]
         assert len(graded) == len(exercises[lab])
         assert all(ex.function for ex in exercises[lab])  # the value form: _value_lab
@@ -147,8 +147,8 @@ def test_editions(built):
         # and a setup cell that installs that library (a commit or tag), not the branch.
         stamp = student.metadata["attnbook"]
         assert {k: stamp[k] for k in ("lab", "edition")} == {"lab": lab, "edition": "student"}
-        assert stamp["exercises"] == classroom.edition_id(lab_nb, exercises[lab])
-        library = classroom.library_stamp()
+        assert stamp["exercises"] == handouts.edition_id(lab_nb, exercises[lab])
+        library = handouts.library_stamp()
         assert (stamp["version"], stamp["commit"]) == (library["version"], library["commit"])
         assert teacher.metadata["attnbook"]["exercises"] == stamp["exercises"]
         setup = next(c.source for c in student.cells if c.cell_type == "code")
@@ -156,14 +156,14 @@ def test_editions(built):
         assert ref and f'@{ref}"' in setup and "@main" not in setup
         # The instructor edition is graded after each solution; it opens with grading notes.
         graded = [c for c in teacher.cells if "otter" in c.metadata]
-        assert all(classroom.is_solution(c) for c in graded)
+        assert all(labs.is_solution(c) for c in graded)
         assert "grading notes" in teacher.cells[1].source
         assert (out / "autograder" / f"{lab}.zip").exists()
 
 
 def test_the_student_note_states_the_method_limits():
     lab = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
-    note = classroom.student_edition(lab, classroom.find_exercises(lab), "06_softmax").cells[1]
+    note = handouts.student_edition(lab, labs.find_exercises(lab), "06_softmax").cells[1]
     assert "**Method limits.**" in note.source and "Right values, but" in note.source
     assert "- `softmax_columns` may not use `softmax`, `stable_softmax`" in note.source
     assert "- `jacobian_from_p` may not use `softmax_jacobian`" in note.source
@@ -171,13 +171,13 @@ def test_the_student_note_states_the_method_limits():
 
 def test_edition_id_changes_with_an_exercise_and_only_then():
     lab = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
-    exercises = classroom.find_exercises(lab)
-    before = classroom.edition_id(lab, exercises)
+    exercises = labs.find_exercises(lab)
+    before = handouts.edition_id(lab, exercises)
     prose = next(i for i, c in enumerate(lab.cells) if c.cell_type == "markdown" and i > 3)
     lab.cells[prose].source += "\n\nA sentence more."
-    assert classroom.edition_id(lab, exercises) == before  # the prose is not the edition
+    assert handouts.edition_id(lab, exercises) == before  # the prose is not the edition
     lab.cells[exercises[0].cell].source += "\n# a changed prompt"
-    assert classroom.edition_id(lab, exercises) != before
+    assert handouts.edition_id(lab, exercises) != before
 
 
 def test_a_release_freezes_the_editions_and_is_never_overwritten(tmp_path):
@@ -185,8 +185,8 @@ def test_a_release_freezes_the_editions_and_is_never_overwritten(tmp_path):
 
     lab = ROOT / "notebooks" / "04_causal_mask.ipynb"
     with pytest.MonkeyPatch.context() as patch:  # no Gradescope zips: not what this tests
-        patch.setattr(classroom, "otter_generate", lambda *a, **k: None)
-        patch.setattr(classroom, "build_wheel", lambda out: out / "attnbook-0.whl")
+        patch.setattr(autograder, "otter_generate", lambda *a, **k: None)
+        patch.setattr(autograder, "build_wheel", lambda out: out / "attnbook-0.whl")
         classroom.build([lab], tmp_path / "out", seed=1, release="t1", releases=tmp_path / "r")
         with pytest.raises(FileExistsError):
             classroom.build([lab], tmp_path / "out", seed=1, release="t1",
@@ -226,7 +226,7 @@ def test_retag_repairs_metadata_dropped_by_an_editor(built):
     nb = nbformat.read(out / "student" / "03_scaling.ipynb", as_version=4)
     for cell in nb.cells:
         cell.metadata.pop("otter", None)
-    assert classroom.retag(nb, exercises["03_scaling"]) == 3
+    assert labs.retag(nb, exercises["03_scaling"]) == 3
     assert [c.metadata["otter"]["tests"][0] for c in nb.cells if "otter" in c.metadata] == [
         "scaled_scores", "dot_variance", "entropy"]
 
@@ -234,7 +234,7 @@ def test_retag_repairs_metadata_dropped_by_an_editor(built):
 def test_every_lab_exercise_is_found_with_its_solution():
     for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        exercises = classroom.find_exercises(nb)
+        exercises = labs.find_exercises(nb)
         assert exercises, path.name
         for ex in exercises:
             assert ex.solutions, (path.name, ex.name)
@@ -253,13 +253,9 @@ def test_diagnosis_registry_covers_every_check():
 
 
 def test_course_guide_table_is_generated_and_up_to_date():
-    spec = importlib.util.spec_from_file_location("classroom_guide",
-                                                  ROOT / "scripts" / "classroom_guide.py")
-    guide = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(guide)
-    assert guide.OUTPUT.read_text(encoding="utf-8") == guide.render(), (
+    assert classroom_guide.OUTPUT.read_text(encoding="utf-8") == classroom_guide.render(), (
         "run: python scripts/classroom_guide.py")
-    assert guide.TIMES.read_text(encoding="utf-8") == guide.render_times(), (
+    assert classroom_guide.TIMES.read_text(encoding="utf-8") == classroom_guide.render_times(), (
         "run: python scripts/classroom_guide.py")
     page = (ROOT / "book" / "course_guide.md").read_text(encoding="utf-8")
     assert "{include} generated/course_checks.md" in page
@@ -280,14 +276,14 @@ def test_no_student_edition_gives_an_answer_away(path):
     the closing summary.
     """
     lab = nbformat.read(path, as_version=4)
-    exercises = classroom.find_exercises(lab)
-    student = classroom.student_edition(lab, exercises, path.stem)
+    exercises = labs.find_exercises(lab)
+    student = handouts.student_edition(lab, exercises, path.stem)
     shown = "\n".join(c.source + "\n" + _printed(c) for c in student.cells)
-    for pattern in classroom.answer_patterns(lab, exercises):
+    for pattern in handouts.answer_patterns(lab, exercises):
         found = pattern.search(shown)
         assert not found, f"{path.stem}: the answer {found.group(0)!r} is shown"
     notes = [c.source for c in lab.cells if c.cell_type == "markdown"
-             and classroom.HIDDEN_NOTE in c.source]
+             and handouts.HIDDEN_NOTE in c.source]
     assert not any(n in shown for n in notes)
     assert not re.search(r"^## What you saw\s*\n\s*\n\s*- ", shown, re.M)
 
@@ -299,8 +295,8 @@ def test_answer_patterns_find_lists_rows_and_single_numbers():
         "2.5 Correct: the ratio matches.\n0.030 0.604 0.082\nmeasured: [False, True, True]\n"
         "Correct: Y matches.\nsame: True\n"))]
     nb.cells = [nbformat.v4.new_code_cell("answer = ...\ncheck_x(answer)"), sol]
-    ex = classroom.Exercise("x", "check_x", "m", "check_x(answer)", 0, "answer", [1])
-    found = [p for p in classroom.answer_patterns(nb, [ex])]
+    ex = labs.Exercise("x", "check_x", "m", "check_x(answer)", 0, "answer", [1])
+    found = [p for p in handouts.answer_patterns(nb, [ex])]
     texts = ["ratio = 2.50 (17 MFLOP)", "tau: 0.030 0.604 0.082 0.001",
              "[False, True, True]"]
     assert all(any(p.search(t) for p in found) for t in texts)
@@ -346,7 +342,7 @@ def test_gradescope_zip_runs_with_its_own_environment(tmp_path):
         names = z.namelist()
         environment = z.read("environment.yml").decode()
     assert any(n.startswith("files/attnbook-") and n.endswith(".whl") for n in names)
-    versions = classroom.pins()
+    versions = autograder.pins()
     for package in ("torch", "numpy", "ipywidgets"):
         assert f"- {package}=={versions[package]}" in environment, package
     assert f"otter-grader[grading,plugins]=={versions['otter-grader']}" in environment
@@ -400,8 +396,8 @@ def test_every_labs_otter_tests_pass_the_books_solutions(lab, tmp_path):
     from conftest import lab_namespace, solution_function
 
     nb = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
-    exercises = classroom.find_exercises(nb)
-    classroom.write_tests(lab, exercises, tmp_path, seed=5)
+    exercises = labs.find_exercises(nb)
+    autograder.write_tests(lab, exercises, tmp_path, seed=5)
     tests = _load_tests(tmp_path)
     assert sorted(tests) == sorted(ex.name for ex in exercises)
     for ex in exercises:
@@ -420,11 +416,11 @@ def test_otter_tests_judge_values_and_functions_and_refuse_a_replaced_checker(tm
     from attnbook.exercises import scaling, softmax
 
     values_lab = _value_lab()
-    classroom.write_tests("value_lab", classroom.find_exercises(values_lab),
-                          tmp_path / "value_lab", seed=3)
+    autograder.write_tests("value_lab", labs.find_exercises(values_lab),
+                           tmp_path / "value_lab", seed=3)
     nb = nbformat.read(ROOT / "notebooks" / "06_softmax.ipynb", as_version=4)
-    classroom.write_tests("06_softmax", classroom.find_exercises(nb), tmp_path / "06_softmax",
-                          seed=3)
+    autograder.write_tests("06_softmax", labs.find_exercises(nb), tmp_path / "06_softmax",
+                           seed=3)
     values = _load_tests(tmp_path / "value_lab")["scaled_scores"]
     q, k = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(2, 5, 8, dtype=torch.float64)
     right = q @ k.transpose(-2, -1) / math.sqrt(8)

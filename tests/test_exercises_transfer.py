@@ -24,7 +24,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import classroom  # noqa: E402
+from grading import handouts, labs  # noqa: E402
 
 LABS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 OPERATIONS = (ast.Call, ast.BinOp, ast.Compare, ast.Subscript, ast.UnaryOp, ast.BoolOp)
@@ -150,10 +150,10 @@ def worked_forms(cells, keep: set[str]) -> dict[str, str]:
 def given_away(lab_nb, student=None) -> dict[str, tuple[str, str]]:
     """exercise -> (its answer's normal form, where a worked cell has it), for every exercise of
     the lab whose answer stands in one of the lab's other code cells (or the student edition's)."""
-    exercises = classroom.find_exercises(lab_nb)
+    exercises = labs.find_exercises(lab_nb)
     solutions = {i for ex in exercises for i in ex.solutions}
     code = [c for i, c in enumerate(lab_nb.cells) if c.cell_type == "code"
-            and i not in solutions and not classroom.is_solution(c)]
+            and i not in solutions and not labs.is_solution(c)]
     if student is not None:
         code += [c for c in student.cells if c.cell_type == "code"]
     keep = _imported(t for t in (_parse(c.source) for c in lab_nb.cells
@@ -175,12 +175,12 @@ def _lab(path: Path):
     return nbformat.read(path, as_version=4)
 
 
-@pytest.mark.parametrize("path", [p for p in LABS if classroom.find_exercises(_lab(p))],
+@pytest.mark.parametrize("path", [p for p in LABS if labs.find_exercises(_lab(p))],
                          ids=lambda p: p.stem)
 def test_no_exercise_answer_stands_in_the_labs_own_cells(path):
     lab_nb = _lab(path)
-    exercises = classroom.find_exercises(lab_nb)
-    student = classroom.student_edition(lab_nb, exercises)
+    exercises = labs.find_exercises(lab_nb)
+    student = handouts.student_edition(lab_nb, exercises)
     found = given_away(lab_nb, student)
     for ex in exercises:
         assert ex.solutions, f"{path.stem}: exercise {ex.name} has no solution cell"

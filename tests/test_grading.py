@@ -23,9 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests" / "submissions"))
-import classroom  # noqa: E402
 from conftest import lab_namespace, solution_function  # noqa: E402
-from grading import discover, editions, gradebook, judge  # noqa: E402
+from grading import discover, editions, grade, gradebook, handouts, judge, labs  # noqa: E402
 
 LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
 ALL_LABS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -65,9 +64,9 @@ def test_submissions_are_recognised_by_name_and_content(tmp_path, rel, student, 
 
 
 def test_lab_id_in_metadata_wins_over_the_file_name(tmp_path):
-    nb = classroom.student_edition(_lab("04_causal_mask"),
-                                   classroom.find_exercises(_lab("04_causal_mask")),
-                                   "04_causal_mask")
+    nb = handouts.student_edition(_lab("04_causal_mask"),
+                                  labs.find_exercises(_lab("04_causal_mask")),
+                                  "04_causal_mask")
     (tmp_path / "zoe").mkdir()
     nbformat.write(nb, tmp_path / "zoe" / "06_softmax.ipynb")  # misnamed by the student
     [sub] = discover.discover(tmp_path, ALL_LABS)
@@ -143,7 +142,7 @@ def test_every_exercise_of_every_lab_is_a_function_with_hidden_inputs(lab):
     (no ``answer = ...`` value left), and the same seed gives the same inputs."""
     from attnbook.exercises import hidden_cases
 
-    exercises = classroom.find_exercises(_lab(lab))
+    exercises = labs.find_exercises(_lab(lab))
     values = [ex.name for ex in exercises if not ex.function]
     assert not values, f"{lab}: exercises still taking a value: {values}"
     for ex in exercises:
@@ -205,7 +204,6 @@ def test_run_folders_are_dated_and_never_overwritten(tmp_path):
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    import grade
     import make_submissions
 
     subs = tmp_path_factory.mktemp("submissions") / "in"
@@ -551,7 +549,7 @@ def test_the_books_solutions_pass_every_hidden_input(lab):
     from attnbook.exercises import hidden_cases, practice_verdict
 
     lab_nb = _lab(lab)
-    for ex in classroom.find_exercises(lab_nb):
+    for ex in labs.find_exercises(lab_nb):
         spec = judge.spec_of(ex)
         assert spec is not None and ex.function, (lab, ex.name, "not a function exercise")
         right = solution_function(lab_nb, ex)
@@ -576,7 +574,7 @@ def test_typical_mistakes_fail_with_a_name():
 
     for lab in [*LABS, "10_online_softmax"]:
         lab_nb = _lab(lab)
-        for ex in classroom.find_exercises(lab_nb):
+        for ex in labs.find_exercises(lab_nb):
             spec = judge.spec_of(ex)
             right = solution_function(lab_nb, ex)
             if ex.function in MISTAKES:
@@ -594,7 +592,7 @@ def test_partial_credit_is_the_share_of_hidden_inputs_when_asked():
 
     from attnbook.exercises import hidden_cases
 
-    ex = next(e for e in classroom.find_exercises(_lab("06_softmax")) if e.name == "softmax")
+    ex = next(e for e in labs.find_exercises(_lab("06_softmax")) if e.name == "softmax")
     spec = judge.spec_of(ex)
     cases = hidden_cases(spec, 4)
     right = solution_function(_lab("06_softmax"), ex)
@@ -623,8 +621,6 @@ def test_an_exercise_that_is_not_a_function_is_checked_on_the_handed_out_inputs(
     they became functions): such a hand-in is graded with that release's checks; a student who
     overwrites q gets 0 and a flag, while the untouched inputs of the next exercise are accepted
     (a reference run of the release's edition gives the inputs)."""
-    import grade
-
     [old] = [e for e in editions.releases() if e.lab == "03_scaling"
              and e.release == "2026-autumn-b"]
     nb = old.student
@@ -672,9 +668,9 @@ def test_a_cell_that_ignores_interrupts_is_stopped_with_its_kernel(tmp_path, mon
 def test_an_unstamped_notebook_is_recognised_by_its_cells():
     """Before editions were stamped: the current lab by its functions, else an old edition."""
     lab = _lab("06_softmax")
-    exercises = classroom.find_exercises(lab)
+    exercises = labs.find_exercises(lab)
     now = editions.Edition("06_softmax", "current-id", exercises)
-    student = classroom.student_edition(lab, exercises)  # no lab given: no stamp
+    student = handouts.student_edition(lab, exercises)  # no lab given: no stamp
     assert "attnbook" not in student.metadata
     assert editions.identify(student, "06_softmax", now, []) == (now, None)
     # One exercise deleted: still the current edition, graded exercise by exercise.
@@ -732,8 +728,8 @@ def test_an_unstamped_edition_that_kept_one_exercise_name_is_not_the_current_one
     import make_submissions
 
     lab = _lab("04_causal_mask")
-    now = editions.Edition("04_causal_mask", "current-id", classroom.find_exercises(lab))
-    student = classroom.student_edition(lab, now.exercises)
+    now = editions.Edition("04_causal_mask", "current-id", labs.find_exercises(lab))
+    student = handouts.student_edition(lab, now.exercises)
     student.cells = [c for c in student.cells if "def window_scores(" not in c.source]
     assert editions.identify(student, "04_causal_mask", now, []) == (now, None)
     old = make_submissions.a949_edition("04_causal_mask")
@@ -743,7 +739,7 @@ def test_an_unstamped_edition_that_kept_one_exercise_name_is_not_the_current_one
     assert edition is now and flag.code == "old-edition"
     for name in ALL_LABS:  # no current lab or student edition calls a check it lacks
         nb = _lab(name)
-        here = editions.Edition(name, "x", classroom.find_exercises(nb))
+        here = editions.Edition(name, "x", labs.find_exercises(nb))
         assert editions._foreign_checks(nb, here) == [], name
         assert editions._foreign_checks(
-            classroom.student_edition(nb, here.exercises), here) == [], name
+            handouts.student_edition(nb, here.exercises), here) == [], name

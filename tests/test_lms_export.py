@@ -32,8 +32,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "_ext"))
-import export_questions  # noqa: E402
 from attnbook_questions import answer_of, load_questions  # noqa: E402
+from grading import export_questions  # noqa: E402
 
 FILES = export_questions.question_files()
 

@@ -20,7 +20,7 @@ from attnbook.lab.predict import compare_prediction
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
-import classroom  # noqa: E402
+from grading import handouts, labs  # noqa: E402
 
 # Every lab asks its questions (issue #30 §3): a new lab fails here until it has its prompts.
 PREDICT_DONE = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -102,7 +102,7 @@ def test_lab_asks_at_least_two_questions_before_measuring(lab):
     assert len(prompts) >= 2, f"{lab}: {len(prompts)} predict-first prompts, want 2 or more"
     assert len({name for _, name in prompts}) == len(prompts), f"{lab}: a guess name reused"
     for index, _ in prompts:
-        printed = classroom._printed(nb.cells[index])
+        printed = handouts._printed(nb.cells[index])
         # Stored as the site shows it: no guess, the measured result and how to take part.
         assert "(no guess yet:" in printed, f"{lab} cell {index}: stored without its line"
 
@@ -110,8 +110,8 @@ def test_lab_asks_at_least_two_questions_before_measuring(lab):
 @pytest.mark.parametrize("lab", PREDICT_DONE)
 def test_student_edition_keeps_the_prompts_and_grades_none(lab):
     nb = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
-    exercises = classroom.find_exercises(nb)
-    student = classroom.student_edition(nb, exercises)
+    exercises = labs.find_exercises(nb)
+    student = handouts.student_edition(nb, exercises)
     assert len(_prompts(student)) == len(_prompts(nb))
     graded = {ex.check for ex in exercises}
     assert not any("compare_prediction" in check for check in graded)

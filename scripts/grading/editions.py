@@ -1,6 +1,6 @@
 """Which edition of a lab a hand-in is, and the checks that grade it.
 
-A student edition carries its edition in its metadata (scripts/classroom.py's ``stamp``): the
+A student edition carries its edition in its metadata (handouts.py's ``stamp``): the
 lab, a content id of its exercises, the attnbook version and commit, and the term's release.
 ``make classroom RELEASE=name`` freezes a term's editions into ``scripts/grading/releases/name``:
 
@@ -25,12 +25,18 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
+# `python scripts/grading/editions.py NAME COMMIT LAB` runs this file as a script: it becomes the
+# package's module (PEP 366), with scripts/ on the path instead of scripts/grading/.
+if __name__ == "__main__" and not __package__:
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+    __package__ = "grading"
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import classroom  # noqa: E402
+import nbformat  # noqa: E402
 
-RELEASES = classroom.RELEASES
+from . import handouts  # noqa: E402
+from .labs import ROOT, check_imports, find_exercises  # noqa: E402
+
+RELEASES = Path(__file__).resolve().parent / "releases"
 
 
 @dataclass
@@ -38,8 +44,8 @@ class Edition:
     """One edition of one lab and the exercises (and checkers) that grade it."""
 
     lab: str
-    id: str  # classroom.edition_id: the content id of its exercises
-    exercises: list = field(default_factory=list)  # classroom.Exercise, modules importable here
+    id: str  # handouts.edition_id: the content id of its exercises
+    exercises: list = field(default_factory=list)  # labs.Exercise, modules importable here
     release: str = ""  # "" for the current labs
     version: str = ""
     commit: str = ""
@@ -53,8 +59,8 @@ class Edition:
 
 def current(all_labs: dict, exercises: dict) -> dict[str, Edition]:
     """lab -> the current edition, from the book's labs."""
-    library = classroom.library_stamp()
-    return {lab: Edition(lab, classroom.edition_id(nb, exercises[lab]), exercises[lab], "",
+    library = handouts.library_stamp()
+    return {lab: Edition(lab, handouts.edition_id(nb, exercises[lab]), exercises[lab], "",
                          library["version"], library["commit"])
             for lab, nb in all_labs.items()}
 
@@ -110,7 +116,7 @@ def releases(root: Path = RELEASES) -> list[Edition]:
             continue
         for lab, info in meta["labs"].items():
             student = nbformat.read(unpacked / "student" / f"{lab}.ipynb", as_version=4)
-            exercises = classroom.find_exercises(student)
+            exercises = find_exercises(student)
             for ex in exercises:
                 ex.module = ex.module.replace("attnbook", alias, 1)
                 ex.points = info.get("points", {}).get(ex.name, ex.points)
@@ -146,7 +152,7 @@ def _foreign_checks(nb, now: Edition) -> list[str]:
 
 
 def _git(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=classroom.ROOT, capture_output=True, text=True,
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=20)
 
 
@@ -234,7 +240,7 @@ def identify(nb, lab: str, now: Edition, known: list[Edition]):
 
 def _missing_imports(nb) -> list[str]:
     """The exercise checks a hand-in imports (``from attnbook.exercises.X import check_y``, read
-    as :func:`classroom._imports` reads a lab) that the installed library lacks, as
+    as :func:`labs.check_imports` reads a lab) that the installed library lacks, as
     ``module.name``: checks an older edition called and the library has since dropped."""
     import importlib
 
@@ -242,7 +248,7 @@ def _missing_imports(nb) -> list[str]:
     for cell in nb.cells:
         if cell.cell_type != "code":
             continue
-        for name, mod in classroom._imports(cell.source).items():
+        for name, mod in check_imports(cell.source).items():
             try:
                 present = hasattr(importlib.import_module(mod), name)
             except ImportError:
@@ -273,7 +279,7 @@ def write_release(folder: Path, labs: dict, library: dict, name: str,
     Args:
         folder: the release's folder (must not exist: a release is never overwritten).
         labs: lab -> (the student edition, its exercises, its edition id).
-        library: classroom.library_stamp() of the code frozen.
+        library: handouts.library_stamp() of the code frozen.
         name: the release's name.
         package: the attnbook package folder to copy (default: this checkout's src/attnbook).
 
@@ -283,7 +289,7 @@ def write_release(folder: Path, labs: dict, library: dict, name: str,
     import io
     import tarfile
 
-    package = package or classroom.ROOT / "src" / "attnbook"
+    package = package or ROOT / "src" / "attnbook"
     folder.mkdir(parents=True)
     meta = {"name": name, "library": library, "labs": {}}
     with tarfile.open(folder / "release.tar.gz", "w:gz") as tar:
@@ -324,7 +330,7 @@ def freeze_ref(releases_root: Path, name: str, ref: str, labs: list[str]) -> dic
     if not commit:
         raise ValueError(f"no such commit in this checkout: {ref}")
     with tempfile.TemporaryDirectory() as tmp:
-        archive = subprocess.run(["git", "archive", commit, "src/attnbook"], cwd=classroom.ROOT,
+        archive = subprocess.run(["git", "archive", commit, "src/attnbook"], cwd=ROOT,
                                  capture_output=True, check=True).stdout
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(tmp, filter="data")
@@ -337,11 +343,11 @@ def freeze_ref(releases_root: Path, name: str, ref: str, labs: list[str]) -> dic
         for lab in labs:
             text = _git("show", f"{commit}:notebooks/{lab}.ipynb").stdout
             lab_nb = nbformat.reads(text, as_version=4)
-            exercises = classroom.find_exercises(lab_nb)
+            exercises = find_exercises(lab_nb)
             for ex in exercises:
                 ex.module = ex.module.replace("attnbook", alias, 1)
-            student = classroom.student_edition(lab_nb, exercises)  # unstamped, as then
-            frozen[lab] = (student, exercises, classroom.edition_id(lab_nb, exercises))
+            student = handouts.student_edition(lab_nb, exercises)  # unstamped, as then
+            frozen[lab] = (student, exercises, handouts.edition_id(lab_nb, exercises))
         library = {"version": version.group(1) if version else "", "commit": commit, "tag": "",
                    "dirty": False}
         return write_release(releases_root / name, frozen, library, name, package)

@@ -10,7 +10,6 @@ import ast
 import copy
 import importlib
 import inspect
-import sys
 import types
 import zlib
 from dataclasses import dataclass, field
@@ -19,11 +18,8 @@ from pathlib import Path
 import tomllib
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import classroom  # noqa: E402
-from nbtools import SOLUTION_TITLE  # noqa: E402
-
-from .execute import Capture, Run  # noqa: E402
+from .execute import Capture, Run
+from .labs import OTTER_KEY, Exercise, is_solution, retag
 
 POINTS = Path(__file__).resolve().parent / "points.toml"
 
@@ -85,7 +81,7 @@ def pristine_functions() -> dict[str, str]:
     return found
 
 
-def spec_of(ex: classroom.Exercise):
+def spec_of(ex: Exercise):
     """The exercise as a function (attnbook.exercises.<module>.GRADED), or None."""
     if not ex.function:
         return None
@@ -109,16 +105,15 @@ def strip_solutions(nb) -> tuple[object, int]:
     """The notebook without solution cells (the book's lab opened from the site has them)."""
     nb = copy.deepcopy(nb)
     before = len(nb.cells)
-    nb.cells = [c for c in nb.cells if not (c.cell_type == "code"
-                                            and c.source.lstrip().startswith(SOLUTION_TITLE))]
+    nb.cells = [c for c in nb.cells if not is_solution(c)]
     return nb, before - len(nb.cells)
 
 
 def graded_cells(nb, exercises) -> dict[str, int]:
     """exercise name -> index of the cell where it is complete (retagged as Otter does)."""
-    classroom.retag(nb, exercises)
+    retag(nb, exercises)
     return {t: i for i, c in enumerate(nb.cells)
-            for t in c.metadata.get(classroom.OTTER_KEY, {}).get("tests", [])}
+            for t in c.metadata.get(OTTER_KEY, {}).get("tests", [])}
 
 
 def plan(nb, lab: str, exercises, cfg: dict, seed: int) -> tuple[list[Capture], dict]:

@@ -21,7 +21,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
-import classroom  # noqa: E402
+from grading.editions import RELEASES  # noqa: E402
+from grading.handouts import edition_id, student_edition  # noqa: E402
+from grading.labs import find_exercises  # noqa: E402
 
 LABS = ["04_causal_mask", "06_softmax", "07_weighted_sum"]
 
@@ -231,7 +233,7 @@ def old_edition(lab: str):
     nb = old_lab(lab)
     if nb is None:
         return None
-    nb = classroom.student_edition(nb, classroom.find_exercises(nb))
+    nb = student_edition(nb, find_exercises(nb))
     for cell in nb.cells:
         for call, answer in OLD_RIGHT[lab].items():
             if cell.cell_type == "code" and call in cell.source:
@@ -261,10 +263,10 @@ def stamped_old_edition(lab: str = "07_weighted_sum"):
     if shown.returncode != 0 or not commit:
         return None
     lab_nb = nbformat.reads(shown.stdout, as_version=4)
-    exercises = classroom.find_exercises(lab_nb)
-    nb = _fill(classroom.student_edition(lab_nb, exercises), STAMPED_RIGHT)
+    exercises = find_exercises(lab_nb)
+    nb = _fill(student_edition(lab_nb, exercises), STAMPED_RIGHT)
     nb.metadata["attnbook"] = {"lab": lab, "edition": "student",
-                               "exercises": classroom.edition_id(lab_nb, exercises),
+                               "exercises": edition_id(lab_nb, exercises),
                                "version": "0.1.0", "commit": commit, "release": ""}
     return nb
 
@@ -298,7 +300,7 @@ def a949_edition(lab: str, answers: dict[str, str] | None = None):
     nb = old_lab(lab, A949)
     if nb is None:
         return None
-    nb = _fill(classroom.student_edition(nb, classroom.find_exercises(nb)),
+    nb = _fill(student_edition(nb, find_exercises(nb)),
                A949_RIGHT[lab] if answers is None else answers)
     nb.metadata["attnbook"] = {"lab": lab, "edition": "student"}
     nb.metadata.pop("colab", None)
@@ -316,7 +318,7 @@ def term_edition(lab: str = "04_causal_mask", answers: dict[str, str] | None = N
     ``make classroom`` stamped it then (edition id, commit), answered right; None without it."""
     import tarfile
 
-    folder = classroom.RELEASES / TERM_RELEASE
+    folder = RELEASES / TERM_RELEASE
     if not (folder / "release.json").exists():
         return None
     meta = json.loads((folder / "release.json").read_text(encoding="utf-8"))
@@ -336,8 +338,7 @@ def build(out: Path) -> dict[str, str]:
     editions, labs = {}, {}
     for lab in LABS:
         labs[lab] = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
-        editions[lab] = classroom.student_edition(labs[lab],
-                                                  classroom.find_exercises(labs[lab]), lab)
+        editions[lab] = student_edition(labs[lab], find_exercises(labs[lab]), lab)
     s04, s06, s07 = (editions[lab] for lab in LABS)
     files = {}
     files["ada/04_causal_mask.ipynb"] = _fill(s04, {k: RIGHT[k] for k in (
@@ -387,7 +388,7 @@ def build(out: Path) -> dict[str, str]:
     files["frankli_1234_56789_06_softmax.ipynb"] = _fill(s06, {
         "softmax_columns": MISTAKES["softmax_columns"]})
     solutions = {}
-    for ex in classroom.find_exercises(labs["06_softmax"]):
+    for ex in find_exercises(labs["06_softmax"]):
         source = labs["06_softmax"].cells[ex.solutions[0]].source
         body = source[source.index(f"def {ex.function}("):].split("\n\n")[0]
         solutions[ex.function] = body.split("\n", 1)[1].split('"""\n', 2)[-1]
