@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnbook import Attention, MultiHeadAttention, TinyConfig, TinyModel
+from attnbook import Attention, AttentionLayer, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import KVCache, cached_attention, decode_step
 from attnbook.lab.measure import compare, conditions
 
@@ -256,7 +256,7 @@ def counted(step: Callable[[], object], caches: list[KVCache], length: int) -> d
 
 def modules() -> dict[str, torch.nn.Module]:
     torch.manual_seed(0)
-    return {"one head": Attention(D, CONTEXT, fused=True).eval(),
+    return {"one head": AttentionLayer(D, CONTEXT, fused=True).eval(),
             "4 heads": MultiHeadAttention(D, CONTEXT, HEADS, fused=True).eval(),
             "tiny model": TinyModel(TinyConfig(VOCAB, CONTEXT, D, HEADS, n_layers=2)).eval()}
 

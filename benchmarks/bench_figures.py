@@ -11,7 +11,8 @@ COLOURS = {"explicit": "tab:red", "fused": "tab:blue", "online": "tab:green", "m
            "sdpa": "black", "online_autograd": "tab:olive", "sdpa_3d": "tab:brown",
            "mha_causal": "tab:pink", "fused_left": "tab:cyan", "fused_right": "tab:orange",
            "fused_mixed": "tab:blue", "fused_general": "tab:red", "online_mixed": "tab:green"}
-LABELS = {"explicit": "explicit (attnbook.Attention)", "fused": "fused (Attention(fused=True))",
+LABELS = {"explicit": "explicit (attnbook.Attention)",
+          "fused": "fused (AttentionLayer(fused=True))",
           "online": "online / tiled (custom backward)", "mha": "nn.MultiheadAttention",
           "sdpa": "raw SDPA", "online_autograd": "online, plain autograd",
           "sdpa_3d": "raw SDPA, 3-D input (math kernel)",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from attnbook import Attention, MultiHeadAttention, TinyConfig, TinyModel
+from attnbook import Attention, AttentionLayer, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import KVCache, cached_attention, generate
 from attnbook.lab.measure import compare, conditions
 
@@ -27,7 +27,7 @@ def kv_benchmark(B: int, d: int, prompt_len: int, tokens: int, repeats: int,
     """Times of generating ``tokens`` tokens after a ``prompt_len``-token prompt."""
     torch.manual_seed(0)
     context = prompt_len + tokens + 1
-    modules = {"one head": Attention(d, context, fused=True).eval(),
+    modules = {"one head": AttentionLayer(d, context, fused=True).eval(),
                "4 heads": MultiHeadAttention(d, context, 4, fused=True).eval()}
     model = TinyModel(TinyConfig(vocab_size=16, context_length=context, d_model=d, n_heads=4,
                                  n_layers=2)).eval()

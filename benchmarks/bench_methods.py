@@ -4,7 +4,8 @@ Every method uses the same seeded projection weights, so all seven compute the s
 (``nn.MultiheadAttention``'s output projection, which it always applies, is set to the identity;
 ``tests/test_benchmark_quick.py`` checks that the outputs agree):
 
-* ``explicit`` (attnbook.Attention, step by step), ``fused`` (Attention(fused=True)), ``online``
+* ``explicit`` (attnbook.Attention, step by step), ``fused``
+  (AttentionLayer(fused=True)), ``online``
   (attnbook.online.tiled_attention with its recomputing backward), ``online_autograd`` (plain
   autograd through the tiles, memory only);
 * ``mha`` (nn.MultiheadAttention, one head, bool causal mask) and ``mha_causal`` (the same with

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from attnbook import Attention
+from attnbook import Attention, AttentionLayer
 
 
 def reference_allowed(T: int, padding_mask=None, device=None) -> torch.Tensor:
@@ -244,8 +244,8 @@ def test_cuda_matches_cpu():
 
 
 def test_attend_on_heads_matches_sdpa_4d():
-    """attend() on (B, h, T, d_h) scales by sqrt(d_h) and shares padding across heads."""
-    m = Attention(8, 10).double()
+    """AttentionLayer.attend() on (B, h, T, d_h): scales by sqrt(d_h), shares the padding."""
+    m = AttentionLayer(8, 10).double()
     B, h, T, d_h = 2, 4, 7, 2
     q, k, v = (torch.randn(B, h, T, d_h, dtype=torch.float64) for _ in range(3))
     pad = random_padding(B, T, "left")
@@ -255,6 +255,35 @@ def test_attend_on_heads_matches_sdpa_4d():
     real = pad[:, None, :, None].expand_as(out)
     torch.testing.assert_close(out[real], ref[real])
     assert w.shape == (B, h, T, T)
+
+
+def test_core_attend_refuses_heads_with_padding():
+    """The core module's steps are for (B, T, d): a (B, T, T) padding mask against (B, h, T, T)
+    scores would line the batch up with the heads, so it is refused, naming the fix."""
+    q = torch.randn(2, 4, 7, 2)
+    with pytest.raises(ValueError, match=r"blocked\[:, None\]"):
+        Attention(8, 10).attend(q, q, q, random_padding(2, 7, "left"))
+
+
+def test_moved_options_name_their_layer():
+    """Options of later chapters are refused by the core module with the layer that has them."""
+    x = torch.randn(1, 3, 8)
+    for call, where in [(lambda: Attention(8, 16, fused=True), "AttentionLayer"),
+                        (lambda: Attention(8, 16, True), "AttentionLayer"),
+                        (lambda: Attention(8, 16, position="rope"), "AttentionLayer"),
+                        (lambda: Attention(8, 16, n_heads=2), "MultiHeadAttention"),
+                        (lambda: Attention(8, 16)(x, mask_mod=None), "AttentionLayer"),
+                        (lambda: Attention(8, 16)(x, positions=None), "AttentionLayer")]:
+        with pytest.raises(TypeError, match=where):
+            call()
+    torch.manual_seed(0)
+    core = Attention(8, 16)
+    torch.manual_seed(0)
+    layer = AttentionLayer(8, 16)
+    assert core.state_dict().keys() == layer.state_dict().keys()
+    torch.testing.assert_close(core(x), layer(x), rtol=0, atol=0)
+    view = AttentionLayer.of(core)  # the same parameter objects, nothing drawn
+    assert view.query is core.query and view.mask is core.mask
 
 
 def test_softmax_jacobian_matches_autograd():

@@ -15,7 +15,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnbook import Attention
+from attnbook import Attention, AttentionLayer
 from attnbook.exercises.cost import LiveTensorBytes
 
 FLASH = "_scaled_dot_product_flash_attention_for_cpu"
@@ -308,7 +308,7 @@ def test_tiled_forward_holds_two_tiles_and_the_block_output_at_most():
 
 def test_fused_forward_holds_no_score_sized_tensor():
     B, T, d = 2, 256, 16
-    attn = Attention(d, T, fused=True)
+    attn = AttentionLayer(d, T, fused=True)
     x = torch.randn(B, T, d)
     with torch.no_grad():
         peak = LiveTensorBytes.of(lambda: attn(x))
@@ -319,7 +319,7 @@ def test_fused_path_with_padding_passes_a_key_mask_and_is_causal():
     """Chapter 11: with padding, the fused path passes a (B, 1, 1, T) key mask *and*
     is_causal=True to the CPU flash kernel; no (B, T, T) tensor is built."""
     B, T, d = 2, 32, 8
-    attn = Attention(d, T, fused=True)
+    attn = AttentionLayer(d, T, fused=True)
     x = torch.randn(B, T, d)
     real = torch.ones(B, T, dtype=torch.bool)
     real[0, :3] = False

@@ -14,7 +14,7 @@ import torch
 from conftest import random_padding
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from attnbook import Attention, MultiHeadAttention
+from attnbook import Attention, AttentionLayer, MultiHeadAttention
 from attnbook.fused import fused_attention, general_masked_attention
 from attnbook.kv_cache import KVCache, cached_attention
 
@@ -48,7 +48,8 @@ def mixed_padding(B, T):
     return pad
 
 
-MODULES = [lambda: Attention(16, 32, fused=True), lambda: MultiHeadAttention(16, 32, 4, fused=True),
+MODULES = [lambda: AttentionLayer(16, 32, fused=True),
+           lambda: MultiHeadAttention(16, 32, 4, fused=True),
            lambda: MultiHeadAttention(16, 32, 4, fused=True, n_kv_heads=2)]
 
 
@@ -102,7 +103,7 @@ def test_no_host_reads_on_the_forward_paths(make, padded):
 @pytest.mark.parametrize("heads", [1, 4])
 def test_fused_path_compiles_with_fullgraph(padded, heads):
     torch._dynamo.reset()
-    m = Attention(16, 32, fused=True) if heads == 1 else MultiHeadAttention(16, 32, heads,
+    m = AttentionLayer(16, 32, fused=True) if heads == 1 else MultiHeadAttention(16, 32, heads,
                                                                             fused=True)
     x = torch.randn(2, 32, 16)
     pad = random_padding(2, 32, "left") if padded else None

@@ -6,13 +6,13 @@ import pytest
 import torch
 from conftest import random_padding
 
-from attnbook import Attention
+from attnbook import Attention, AttentionLayer
 from attnbook.fused import empty_rows, fused_attention, sdpa_mask
 
 
 def _pair(d=8, context=16, dtype=torch.float64):
     explicit = Attention(d, context).to(dtype)
-    fused = Attention(d, context, fused=True).to(dtype)
+    fused = AttentionLayer(d, context, fused=True).to(dtype)
     fused.load_state_dict(explicit.state_dict())
     return explicit, fused
 
@@ -86,7 +86,7 @@ def test_attend_keyword_overrides_the_attribute():
 
 
 def test_fused_is_an_attribute_not_state():
-    m = Attention(4, 6, fused=True)
+    m = AttentionLayer(4, 6, fused=True)
     assert set(m.state_dict()) == {"query.weight", "key.weight", "value.weight", "mask"}
     assert "fused=True" in repr(m)
     m2 = Attention(4, 6)
@@ -106,7 +106,7 @@ def test_sdpa_mask_and_empty_rows():
 
 
 def test_fused_module_still_checks_inputs():
-    m = Attention(8, 10, fused=True)
+    m = AttentionLayer(8, 10, fused=True)
     with pytest.raises(ValueError, match="context_length=10"):
         m(torch.randn(1, 11, 8))
 

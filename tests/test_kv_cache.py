@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import random_padding
 
-from attnbook import Attention
+from attnbook import Attention, AttentionLayer
 from attnbook.kv_cache import KVCache, cached_attention, generate
 
 
@@ -92,7 +92,8 @@ def test_every_module_token_by_token_and_in_chunks(make, side, chunks):
     pad = None if side is None else random_padding(B, T, side)
     full = m(x, pad)
     cache = KVCache.for_module(m, B)
-    assert cache.k.shape == (B, m.n_kv_heads, 16, m.d_head)
+    layer = AttentionLayer.of(m)  # the core module is one head of width d
+    assert cache.k.shape == (B, layer.n_kv_heads, 16, layer.d_head)
     pieces, start = [], 0
     for t in chunks:
         piece_pad = None if pad is None else pad[:, start : start + t]

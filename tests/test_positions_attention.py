@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook import Attention, MultiHeadAttention
+from attnbook import Attention, AttentionLayer, MultiHeadAttention
 from attnbook.fused import fused_attention
 from attnbook.positions import alibi_slopes, apply_rope
 from attnbook.scores import attention_scores, scale_scores
@@ -49,7 +49,7 @@ def reference(m, x, padding_mask=None, positions=None):
 def make(kind, position, fused=False, **kw):
     torch.manual_seed(0)
     if kind == "single":
-        return Attention(16, 12, fused=fused, position=position, **kw).double()
+        return AttentionLayer(16, 12, fused=fused, position=position, **kw).double()
     if kind == "gqa":
         return MultiHeadAttention(16, 12, 4, fused=fused, n_kv_heads=2, position=position,
                                   **kw).double()
@@ -125,7 +125,7 @@ def test_rope_changes_the_output_and_none_is_the_seed():
     w = masked_softmax(scale_scores(attention_scores(q, k), 8), ours.mask[:6, :6])
     assert torch.equal(ours(x), weighted_sum(w, v))
     for position in ("rope", "alibi"):
-        m = Attention(8, 6, position=position)
+        m = AttentionLayer(8, 6, position=position)
         assert m.state_dict().keys() == original.state_dict().keys()  # no new parameter or buffer
         m.load_state_dict(original.state_dict())
         assert not torch.allclose(m(x), original(x))
@@ -135,7 +135,7 @@ def test_rope_changes_the_output_and_none_is_the_seed():
 
 
 def test_one_head_alibi_uses_the_one_head_slope():
-    m = Attention(4, 5, position="alibi").double()
+    m = AttentionLayer(4, 5, position="alibi").double()
     x = torch.randn(1, 5, 4, dtype=F64)
     _, w = m(x, return_weights=True)
     q, k = m.query(x), m.key(x)
@@ -179,16 +179,16 @@ def test_fused_attention_bias_one_head_shapes():
 
 def test_bad_position_arguments_are_refused_by_name():
     with pytest.raises(ValueError, match="added to the token vectors.*TinyConfig"):
-        Attention(8, 4, position="learned")
+        AttentionLayer(8, 4, position="learned")
     with pytest.raises(ValueError, match="'none', 'rope' or 'alibi'"):
         MultiHeadAttention(8, 4, 2, position="rotary")
     with pytest.raises(ValueError, match="head width must be even.*d_head = 3"):
         MultiHeadAttention(6, 4, 2, position="rope")
     with pytest.raises(ValueError, match="rope_layout"):
-        Attention(8, 4, position="rope", rope_layout="gptj")
+        AttentionLayer(8, 4, position="rope", rope_layout="gptj")
     with pytest.raises(ValueError, match="scaling must be None"):
-        Attention(8, 4, position="rope", rope_scaling=("yarn", 2))
-    m = Attention(8, 4, position="rope")
+        AttentionLayer(8, 4, position="rope", rope_scaling=("yarn", 2))
+    m = AttentionLayer(8, 4, position="rope")
     with pytest.raises(TypeError, match="positions must be integers"):
         m(torch.randn(1, 4, 8), positions=torch.arange(4.0))
     with pytest.raises(ValueError, match="T = 4"):

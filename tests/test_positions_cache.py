@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook import Attention, KVCache, MultiHeadAttention, TinyConfig, TinyModel
+from attnbook import AttentionLayer, KVCache, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import cached_attention, window_attention
 from attnbook.positions import alibi_bias_from_positions, alibi_slopes, apply_rope, sinusoidal_table
 
@@ -15,7 +15,7 @@ F64 = torch.float64
 def module(kind, position):
     torch.manual_seed(1)
     if kind == "single":
-        return Attention(8, 16, position=position).double()
+        return AttentionLayer(8, 16, position=position).double()
     if kind == "gqa":
         return MultiHeadAttention(8, 16, 4, n_kv_heads=2, position=position).double()
     return MultiHeadAttention(8, 16, 2, position=position).double()

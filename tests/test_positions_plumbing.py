@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook import Attention, KVCache, MultiHeadAttention, TinyConfig, TinyModel
+from attnbook import Attention, AttentionLayer, KVCache, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import cached_attention
 
 F64 = torch.float64
@@ -16,7 +16,7 @@ CHUNKS = ((0, 4), (4, 7), (7, 8), (8, 9), (9, 11))  # prefill, a chunk, single s
 def module(kind, position, **kw):
     torch.manual_seed(1)
     if kind == "single":
-        return Attention(8, 16, position=position, **kw).double()
+        return AttentionLayer(8, 16, position=position, **kw).double()
     if kind == "gqa":
         return MultiHeadAttention(8, 16, 4, n_kv_heads=2, position=position, **kw).double()
     return MultiHeadAttention(8, 16, 2, position=position, **kw).double()
@@ -271,7 +271,7 @@ def test_wrong_rotary_dim_refused_naming_d_head(bad):
 
 def test_rotary_dim_needs_rope():
     with pytest.raises(ValueError, match="position='rope'"):
-        Attention(8, 16, position="alibi", rotary_dim=4)
+        AttentionLayer(8, 16, position="alibi", rotary_dim=4)
     with pytest.raises(ValueError, match="position='rope'"):
         TinyConfig(vocab_size=5, context_length=8, d_model=8, n_heads=2, rotary_dim=2)
 

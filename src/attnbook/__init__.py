@@ -8,6 +8,7 @@ from .attention import Attention
 from .fused import fused_attention
 from .gpu import flash_attention, flash_decoding  # Triton loads on first use, not here
 from .kv_cache import KVCache, cached_attention, generate
+from .layer import AttentionLayer
 from .masks import (
     BLOCK_EMPTY,
     BLOCK_FULL,
@@ -55,6 +56,7 @@ __all__ = [
     "apply_rope",
     "sinusoidal_table",
     "Attention",
+    "AttentionLayer",
     "KVCache",
     "cached_attention",
     "fused_attention",

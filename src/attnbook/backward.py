@@ -88,9 +88,10 @@ def attention_by_hand(m, x: torch.Tensor, padding_mask: torch.Tensor | None = No
     Shape:
         x: (B, T, d_model); padding_mask: (B, T) -> (B, T, d_model)
     """
-    if m.position != "none" or m.n_heads != 1:
+    position, n_heads = getattr(m, "position", "none"), getattr(m, "n_heads", 1)
+    if position != "none" or n_heads != 1:
         raise ValueError("the hand-derived backward covers one head without a position scheme "
-                         f"(got position={m.position!r}, n_heads={m.n_heads})")
+                         f"(got position={position!r}, n_heads={n_heads})")
     # The module's own input checks: a wrong width, length or dtype gets its clear error here
     # too, not a shape error from inside the backward.
     B, T, _ = check_input(x, m.d_model, m.context_length, m.query.weight.dtype)

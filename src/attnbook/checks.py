@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import inspect
 import numbers
 
 import torch
@@ -92,3 +93,45 @@ def check_finite(caller: str, **tensors) -> None:
             bad = "NaN" if bool(t.isnan().any()) else "an infinity"
             raise ValueError(f"{caller}: {name} contains {bad}; it takes finite values only "
                              "(NaN or an infinity in an input makes every result it reaches NaN)")
+
+
+# Options that later chapters add, and the layer that has them (the core module refuses them).
+MOVED_OPTIONS = {
+    **dict.fromkeys(("fused", "position", "rope_base", "rope_layout", "rope_scaling",
+                     "alibi_slopes", "rotary_dim", "mask_mod", "positions"), "AttentionLayer"),
+    **dict.fromkeys(("n_heads", "n_kv_heads"), "MultiHeadAttention"),
+}
+_CHAPTER = {"fused": 11, "mask_mod": 21, "n_heads": 13, "n_kv_heads": 13}
+
+
+def refuse_moved_options(func, kwargs: dict, n_args: int = 0, max_args: int | None = None,
+                         owner: str = "Attention") -> None:
+    """TypeError naming the layer that has an option the core module does not take."""
+    accepted = inspect.signature(func).parameters
+    for name in kwargs:
+        if name not in accepted and name in MOVED_OPTIONS:
+            where = MOVED_OPTIONS[name]
+            chapter = _CHAPTER.get(name, 20)
+            same = (" (the same parameters, state_dict and initialisation)"
+                    if where == "AttentionLayer" else " (it adds an output projection)")
+            call = (f"attnbook.{where}(d_model, context_length)(x, {name}=...)"
+                    if name in ("mask_mod", "positions")
+                    else f"attnbook.{where}(d_model, context_length, {name}=...)")
+            raise TypeError(
+                f"{owner} is the module of chapters 0-8 and takes no {name}=: {name}= is chapter "
+                f"{chapter}'s option, on attnbook.{where}{same}: {call}"
+            )
+    if max_args is not None and n_args > max_args:
+        raise TypeError(
+            f"{owner}(d_model, context_length) takes two positional arguments, got {n_args}: "
+            "a third one was fused=, an option of attnbook.AttentionLayer (chapter 11), e.g. "
+            "attnbook.AttentionLayer(d_model, context_length, fused=True)"
+        )
+
+
+def check_blocked_shape(scores: torch.Tensor, blocked: torch.Tensor) -> None:
+    """ValueError for a (B, T, T) mask against (B, h, T, T) scores: it would line B up with h."""
+    if scores.dim() == 4 and blocked.dim() == 3:
+        raise ValueError(f"blocked has shape {tuple(blocked.shape)} for scores of shape "
+                         f"{tuple(scores.shape)} (B, h, T, T): give it a head axis, "
+                         "blocked[:, None] (B, 1, T, T)")

@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from .attention import Attention
 from .checks import check_input, check_padding_mask
 from .fused import fused_attention, key_mask, repeat_kv
+from .layer import AttentionLayer
 from .masks import causal_mask
 from .multihead import MultiHeadAttention
 from .positions import apply_rope
@@ -63,7 +64,7 @@ from .scores import attention_scores, scale_scores
 from .softmax import masked_softmax
 from .weighted_sum import weighted_sum
 
-SUPPORTED = (Attention, MultiHeadAttention)
+SUPPORTED = (Attention, AttentionLayer, MultiHeadAttention)
 """The modules whose computation :func:`cached_attention` reproduces, exactly these types."""
 
 
@@ -177,6 +178,7 @@ class KVCache:
     def for_module(cls, attn: Attention, batch: int, window: int | None = None) -> KVCache:
         """A cache that fits ``attn``: its heads, head width, context length, device and dtype."""
         check_supported(attn)
+        attn = AttentionLayer.of(attn)  # the core module of chapters 0-8: one head of width d
         w = attn.key.weight
         return cls.empty(batch, attn.context_length, attn.d_head, attn.n_kv_heads,
                          device=w.device, dtype=w.dtype, window=window)
@@ -297,6 +299,7 @@ def cached_attention(
         x_new: (B, t, d); padding_mask: (B, t); positions: (t,) or (B, t) -> (B, t, d)
     """
     check_step(attn, x_new, cache, padding_mask)
+    attn = AttentionLayer.of(attn)  # the core module of chapters 0-8: one head of width d
     if positions is not None:
         positions = check_new_positions(positions, x_new)
     return decode_step(attn, x_new, cache, padding_mask, positions)
@@ -338,6 +341,7 @@ def check_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
             :func:`check_new_positions`).
     """
     check_supported(attn)
+    attn = AttentionLayer.of(attn)
     # Any t: the cache, not the module's context length, decides how many tokens fit.
     B, t, _ = check_input(x_new, attn.d_model, context_length=sys.maxsize)
     if (cache.k.size(1), cache.k.size(3)) != (attn.n_kv_heads, attn.d_head):
@@ -560,6 +564,7 @@ def generate(
     if use_cache:
         cache = KVCache.for_module(attn, prompt.size(0))
         y = cached_attention(attn, prompt, cache)[:, -1:]  # (B, 1, d) the prompt in one call
+        attn = AttentionLayer.of(attn)  # once, not every step: the hot path takes the layer
         for _ in range(steps):
             x = next_input(y)  # (B, 1, d)
             # The module, the cache and an input of y's shape and dtype passed the checks with

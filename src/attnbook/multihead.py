@@ -1,6 +1,7 @@
 """Many heads: split d_model into h heads of width d_h, let each attend on its own, merge.
 
-``MultiHeadAttention`` extends :class:`attnbook.Attention` instead of rewriting it: the same
+``MultiHeadAttention`` extends :class:`attnbook.AttentionLayer` (the single-head module with
+the later chapters' options) instead of rewriting it: the same
 three projections (``query``, ``key``, ``value``, each d -> d), the same causal ``mask`` and the
 same ``attend`` (steps 2 to 6), which works on (B, h, T, d_h) tensors and scales by sqrt(d_h).
 What is new is the split into heads (before step 2), and after step 6 the merge and one output
@@ -17,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import Attention
 from .checks import check_input, check_padding_mask
+from .layer import AttentionLayer
 from .masks import blocked_positions, to_key_padding_mask, to_sdpa_mask
 
 
-class MultiHeadAttention(Attention):
+class MultiHeadAttention(AttentionLayer):
     """Causal multi-head self-attention built on the single-head module.
 
     Each of the ``n_heads`` heads gets its own slice of width ``d_head = d_model // n_heads``

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from .checks import check_blocked_shape
+
 # Half-precision exponentials and sums lose too many digits; do the softmax in float32.
 _UPCAST = (torch.float16, torch.bfloat16)
 
@@ -43,9 +45,12 @@ def masked_softmax(scores: torch.Tensor, blocked: torch.Tensor) -> torch.Tensor:
         visible. Same dtype as ``scores``; float16/bfloat16 are computed in float32.
 
     Shape:
-        scores: (B, T, T) or (B, h, T, T); blocked: (T, T), (B, T, T) or (B, 1, T, T)
-        -> same as scores
+        scores: (B, T, T); blocked: (T, T) or (B, T, T) -> (B, T, T). More leading
+        dimensions work alike (:func:`attnbook.checks.check_blocked_shape`).
     """
+    check_blocked_shape(scores, blocked)  # a mask that would broadcast the wrong way: refused
+    if scores.size(-1) == 0:  # no keys at all: every row is empty, and empty rows are 0
+        return torch.zeros_like(scores)
     out_dtype = scores.dtype
     if out_dtype in _UPCAST:
         scores = scores.float()

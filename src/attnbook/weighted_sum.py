@@ -17,6 +17,6 @@ def weighted_sum(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         of the visible values, or the zero vector for an all-zero row of weights.
 
     Shape:
-        weights: (B, T, T), v: (B, T, d) -> (B, T, d); with heads (B, h, T, T), (B, h, T, d_h)
+        weights: (B, T, T), v: (B, T, d) -> (B, T, d); more leading dimensions work alike
     """
     return weights @ v  # (B, T, T) @ (B, T, d) -> (B, T, d)
