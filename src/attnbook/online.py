@@ -257,6 +257,47 @@ def tiled_work(T_q: int, T_k: int, block_size: int, *, mask_mod: MaskMod | None 
     return stats
 
 
+def tiled_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  padding_mask: torch.Tensor | None, causal: bool,
+                  block_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Tiled attention's forward loop; also returns each row's log-sum-exp for the backward.
+
+    Float16 and bfloat16 are upcast tile by tile (running m, l and output in float32) and the
+    output is cast back once, at the end.
+
+    Shape:
+        q: (..., T_q, d), k: (..., T_k, d), v: (..., T_k, d_v) -> (..., T_q, d_v), (..., T_q, 1)
+    """
+    T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
+    acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs
+    out = q.new_empty((*q.shape[:-1], v.size(-1)))  # (B, T_q, d_v), one query block at a time
+    lse = q.new_empty((*q.shape[:-1], 1), dtype=acc_dtype)  # (B, T_q, 1)
+    for i0 in range(0, T_q, block_size):
+        i1 = min(i0 + block_size, T_q)
+        qi = q[..., i0:i1, :].to(acc_dtype) * scale  # (B, b, d): scaling q costs b*d, not b*b
+        m = qi.new_full((*qi.shape[:-1], 1), NEG_INF)  # (B, b, 1) running maximum
+        l = qi.new_zeros((*qi.shape[:-1], 1))  # (B, b, 1) running sum of exponentials
+        acc = qi.new_zeros((*qi.shape[:-1], v.size(-1)))  # (B, b, d_v) unnormalised output
+        for j0 in range(0, i1 if causal else T_k, block_size):  # keys past i1: the future
+            j1 = min(j0 + block_size, T_k)
+            s = qi @ k[..., j0:j1, :].to(acc_dtype).transpose(-2, -1)  # (B, b, b) one tile
+            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
+            if blocked is not None:
+                s.masked_fill_(blocked, NEG_INF)  # in place: no second (B, b, b) tile
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (B, b, 1)
+            shift = _finite(m_new)  # rows with no visible key so far: shift by 0, not -inf
+            p = (s - shift).exp_()  # (B, b, b); exactly 0 where blocked
+            alpha = torch.exp(m - shift)  # (B, b, 1) rescales what earlier tiles summed
+            l = alpha * l + p.sum(dim=-1, keepdim=True)
+            acc = alpha * acc + p @ v[..., j0:j1, :].to(acc_dtype)  # (B, b, d_v)
+            m = m_new
+            del s, p  # freed before the next tile: at most two (B, b, b) tiles at once
+        # A row with l = 0 saw no key: divide by 1 so its output is 0, not 0 / 0 = NaN.
+        out[..., i0:i1, :] = acc / l.masked_fill(l == 0, 1.0)  # the one cast to q's dtype
+        lse[..., i0:i1, :] = m + torch.log(l)  # log(0) = -inf marks an empty row
+    return out, lse
+
+
 def tiled_attention_forward(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -269,7 +310,7 @@ def tiled_attention_forward(
     plan: TilePlan | None = None,
     stats: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """The forward pass over tiles; also returns each row's log-sum-exp for the backward.
+    """:func:`tiled_forward`, and the same loop with a tile trace, a tile plan or tile counts.
 
     Float16 and bfloat16 inputs are upcast tile by tile: scores, the running ``m``, ``l`` and
     output are float32, and only the finished output is cast back (FlashAttention's rule).
@@ -292,6 +333,8 @@ def tiled_attention_forward(
     Shape:
         q: (..., T_q, d), k: (..., T_k, d), v: (..., T_k, d_v) -> (..., T_q, d_v), (..., T_q, 1)
     """
+    if record is None and plan is None and stats is None:
+        return tiled_forward(q, k, v, padding_mask, causal, block_size)  # Chapter 10's loop
     T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
     acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs: cast once, at the end
     out = q.new_empty((*q.shape[:-1], v.size(-1)))  # (B, T_q, d_v), one query block at a time
@@ -343,6 +386,47 @@ def tiled_attention_forward(
     return out, lse
 
 
+def tiled_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   out: torch.Tensor, lse: torch.Tensor, padding_mask: torch.Tensor | None,
+                   causal: bool,
+                   block_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of tiled attention, each tile's weights recomputed from the saved ``lse``.
+
+    Half inputs are accumulated in float32 and the gradients cast back once, at the end.
+
+    Shape:
+        dout, out: (..., T_q, d_v); q: (..., T_q, d); k: (..., T_k, d); v: (..., T_k, d_v);
+        lse: (..., T_q, 1) -> dq, dk, dv with the shapes of q, k, v
+    """
+    T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
+    acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs
+    dq = torch.zeros_like(q, dtype=acc_dtype)  # (B, T_q, d), summed over many tiles
+    dk = torch.zeros_like(k, dtype=acc_dtype)  # (B, T_k, d)
+    dv = torch.zeros_like(v, dtype=acc_dtype)  # (B, T_k, d_v)
+    dout_a, out_a = dout.to(acc_dtype), out.to(acc_dtype)
+    D = (dout_a * out_a).sum(dim=-1, keepdim=True)  # (B, T_q, 1): rowsum(dA * A) in closed form
+    shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
+    for i0 in range(0, T_q, block_size):
+        i1 = min(i0 + block_size, T_q)
+        qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+        shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
+        for j0 in range(0, i1 if causal else T_k, block_size):
+            j1 = min(j0 + block_size, T_k)
+            kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
+            s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
+            blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
+            if blocked is not None:
+                s = s.masked_fill(blocked, NEG_INF)
+            p = torch.exp(s - shift)  # (B, b, b) the tile of attention weights
+            dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
+            ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
+            dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
+            dv[..., j0:j1, :] += dv_tile
+            dq[..., i0:i1, :] += dq_tile
+            dk[..., j0:j1, :] += dk_tile
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
 def tiled_attention_backward(
     dout: torch.Tensor,
     q: torch.Tensor,
@@ -357,7 +441,7 @@ def tiled_attention_backward(
     record: list | None = None,
     plan: TilePlan | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients of tiled attention, recomputing each tile's weights from the saved ``lse``.
+    """:func:`tiled_backward`, and the same loop with a tile trace or a tile plan.
 
     With ``p = exp(s - lse)`` and ``D_i = dout_i · out_i``, a tile contributes
     ``dV += pᵀ dout``, ``dS = p * (dout Vᵀ - D)``, ``dQ += dS K / sqrt(d)``,
@@ -379,6 +463,8 @@ def tiled_attention_backward(
         lse: (..., T_q, 1)
         -> dq, dk, dv with the shapes of q, k, v
     """
+    if record is None and plan is None:
+        return tiled_backward(dout, q, k, v, out, lse, padding_mask, causal, block_size)
     T_q, T_k, scale = q.size(-2), k.size(-2), 1.0 / math.sqrt(q.size(-1))
     acc_dtype = _accumulation_dtype(q.dtype)  # float32 for half inputs: cast once, at the end
     # (B, T, d) each: gradients summed over many tiles, so they are accumulated in acc_dtype.
