@@ -3,7 +3,8 @@
 A chapter shows the code it derives, and longer code or a later chapter's feature sits in a
 collapsed block (a dropdown admonition, a toggle, a closed <details>) or behind a link to the
 source. Counted on each chapter page of the built site (book/00 to book/21): the code blocks a
-reader sees without opening anything, notebook outputs left out. Each page must have
+reader sees without opening anything, notebook outputs left out, in non-blank lines. Each page
+must have
 
 - no visible block longer than :data:`MAX_BLOCK` lines,
 - at most :data:`MAX_PAGE` visible lines of code in all,
@@ -127,7 +128,8 @@ class Page:
 
 
 def _lines(block: str) -> int:
-    return len(block.rstrip("\n").splitlines())
+    """Lines of code: the block's non-blank lines (issue 49 counted them so)."""
+    return sum(1 for line in block.splitlines() if line.strip())
 
 
 def words(identifier: str) -> list[str]:
@@ -263,6 +265,7 @@ def test_collapsed_blocks_and_outputs_are_not_counted():
             + '<div class="cell_output docutils container">' + pre.format("out = 5") + "</div>"
             + '<pre class="literal-block">lit = 6</pre></article>')
     assert visible_blocks(html) == ["a = 1\nb = 2\n", "shown = 4", "lit = 6"]
+    assert _lines("a = 1\n\n    \nb = 2\n") == 2
 
 
 if __name__ == "__main__":
