@@ -19,6 +19,20 @@ from .labs import ROOT, find_exercises
 OUTPUT = ROOT / "book" / "generated" / "course_checks.md"
 TIMES = ROOT / "book" / "generated" / "course_times.md"
 WORDS_PER_MINUTE = 200  # a common estimate for technical reading
+# The first path through the book (book/intro.md, "The first path"): chapters 0 to 8, each on
+# its core path. Its time counts main-line words only (no collapsed block, no exercises).
+FIRST_PATH = tuple(f"{n:02d}" for n in range(9))
+
+
+def reading_minutes(words: int) -> int:
+    """Minutes at WORDS_PER_MINUTE, rounded up to the next 5: the guide calls it a lower bound."""
+    return max(5, math.ceil(words / WORDS_PER_MINUTE / 5) * 5)
+
+
+def first_path_words() -> int:
+    """Main-line words of the first path's chapters (scripts/main_line_words.py's rule)."""
+    pages = [next((ROOT / "book").glob(f"{n}_*.md")) for n in FIRST_PATH]
+    return sum(main_line_words.count(p.read_text(encoding="utf-8")).main for p in pages)
 
 
 def _words(text: str) -> int:
@@ -39,9 +53,12 @@ def render_times() -> str:
             continue
         words = _words(chapter.read_text(encoding="utf-8"))
         exercises = len(find_exercises(nbformat.read(path, as_version=4)))
-        # Rounded up to the next 5 minutes: the guide calls the reading time a lower bound.
-        minutes = max(5, math.ceil(words / WORDS_PER_MINUTE / 5) * 5)
+        minutes = reading_minutes(words)
         lines.append(f"| {{doc}}`{path.stem}` | {words} | {minutes} | {exercises} |")
+    words = first_path_words()
+    lines += ["", f"The first path ({{ref}}`first-path`: chapters {int(FIRST_PATH[0])} to "
+              f"{int(FIRST_PATH[-1])}, each on its core path) is {words} words of main line, "
+              f"{reading_minutes(words)} minutes at the same rate."]
     return "\n".join(lines) + "\n"
 
 
