@@ -28,7 +28,7 @@ from functools import partial
 
 import torch
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.lab.measure import LiveTensorBytes, compare, conditions
 from attnbook.masks import block_mask, document_mod, materialize, sliding_window_mod
 from attnbook.online import tile_plan, tiled_attention, tiled_work
@@ -66,7 +66,7 @@ def part_a(lengths: list[int], d: int, block: int, repeats: int, threads: int) -
     for i, doc in enumerate(docs):
         x_pad[i, : len(doc)] = doc
     x_pack = torch.cat(docs)[None]  # (1, T, d)
-    m = Attention(d, max(real, T_max))
+    m = AttentionLayer(d, max(real, T_max))
     doc = packed.mask_mod()
 
     def tiled(x, pm=None, mod=None, plan=None):

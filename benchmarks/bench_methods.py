@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.fused import general_masked_attention
 from attnbook.online import tiled_attention
 
@@ -72,7 +72,7 @@ def build(method: str, d: int, T: int, B: int) -> Callable[[torch.Tensor], torch
         one_thread.module = parameters_module(inner)
         return one_thread
     torch.manual_seed(0)
-    ref = Attention(d, T)
+    ref = AttentionLayer(d, T)  # the fused path and project_heads are its options
     base, _, kind = method.partition("_")
     if method == "explicit":
         return ref

@@ -292,3 +292,20 @@ def test_softmax_jacobian_matches_autograd():
     s = torch.randn(5, dtype=torch.float64)
     auto = torch.autograd.functional.jacobian(stable_softmax, s)
     torch.testing.assert_close(softmax_jacobian(stable_softmax(s)), auto)
+
+
+def test_old_lab_module_paths_still_import_the_moved_modules():
+    """Editions handed out before the lab helpers moved import attnbook.notebook etc.; the old
+    path gives the same module object, and `import attnbook` alone loads none of the lab."""
+    import importlib
+    import subprocess
+    import sys
+
+    code = ("import sys, attnbook; assert not [m for m in sys.modules "
+            "if m.startswith('attnbook.lab')], 'import attnbook loaded the lab'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    for name in ("notebook", "predict", "tasks", "measure"):
+        assert importlib.import_module(f"attnbook.{name}") is \
+            importlib.import_module(f"attnbook.lab.{name}")
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module("attnbook.no_such_module")

@@ -18,7 +18,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import bench_decode  # noqa: E402
 from bench_results import results_json_from_markdown  # noqa: E402
 
-from attnbook import Attention, MultiHeadAttention  # noqa: E402
+from attnbook import AttentionLayer, MultiHeadAttention  # noqa: E402
 from attnbook.kv_cache import KVCache  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def test_the_hot_step_dispatches_what_the_checked_call_does_and_bare_plus_7():
     operations is its bookkeeping (the count of real tokens, the positions, the real mask):
     7 operations."""
     torch.manual_seed(0)
-    for attn in (Attention(16, 40), MultiHeadAttention(16, 40, 4)):
+    for attn in (AttentionLayer(16, 40), MultiHeadAttention(16, 40, 4)):
         fns, caches = bench_decode.attention_steps(attn, 8)
         n = {k: bench_decode.counted(fn, caches, 8) for k, fn in fns.items()}
         assert n["hot"] == n["checked"]
@@ -54,7 +54,7 @@ def test_the_tiny_model_hot_step_skips_the_id_checks():
 def test_bytes_read_by_a_step():
     cache = KVCache.empty(4, 32, 16, n_kv_heads=2)
     assert bench_decode.cache_bytes_read([cache], 10) == 2 * 4 * 2 * 10 * 16 * 4
-    attn = Attention(8, 16)
+    attn = AttentionLayer(8, 16)
     assert bench_decode.parameter_bytes(attn) == 3 * 8 * 8 * 4  # three projections, no bias
     assert bench_decode.parameter_bytes(attn, skip=("query", "key")) == 8 * 8 * 4
 
@@ -67,7 +67,7 @@ def test_floors():
 
 
 def test_rewind_leaves_the_same_step_to_time():
-    attn = Attention(8, 16)
+    attn = AttentionLayer(8, 16)
     fns, caches = bench_decode.attention_steps(attn, 5)
     with torch.no_grad():
         first = fns["hot"]()

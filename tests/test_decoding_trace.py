@@ -14,7 +14,7 @@ import math
 import pytest
 import torch
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.gpu.decoding import merge_partials, split_partials
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None,
@@ -34,7 +34,7 @@ def inputs(three_d: bool = False):
 
 
 def reference(q, k, v, pad):
-    return Attention(q.size(-1), k.size(-2)).attend(q, k, v, pad)[0]
+    return AttentionLayer(q.size(-1), k.size(-2)).attend(q, k, v, pad)[0]
 
 
 def same_lse(a: torch.Tensor, b: torch.Tensor, atol: float) -> bool:

@@ -6,12 +6,12 @@ import pytest
 import torch
 from conftest import random_padding
 
-from attnbook import Attention, AttentionLayer
+from attnbook import AttentionLayer
 from attnbook.fused import empty_rows, fused_attention, sdpa_mask
 
 
 def _pair(d=8, context=16, dtype=torch.float64):
-    explicit = Attention(d, context).to(dtype)
+    explicit = AttentionLayer(d, context).to(dtype)
     fused = AttentionLayer(d, context, fused=True).to(dtype)
     fused.load_state_dict(explicit.state_dict())
     return explicit, fused
@@ -89,7 +89,7 @@ def test_fused_is_an_attribute_not_state():
     m = AttentionLayer(4, 6, fused=True)
     assert set(m.state_dict()) == {"query.weight", "key.weight", "value.weight", "mask"}
     assert "fused=True" in repr(m)
-    m2 = Attention(4, 6)
+    m2 = AttentionLayer(4, 6)
     m2.load_state_dict(m.state_dict())
     assert not m2.fused
 

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from attnbook import Attention, attention_scores
+from attnbook import AttentionLayer, attention_scores
 from attnbook.online import tiled_attention, tiled_attention_forward
 
 HALF = [torch.float16, torch.bfloat16]
@@ -96,7 +96,7 @@ def test_tiled_forward_keeps_lse_in_float32(dtype):
 def test_explicit_path_half_within_flash_rule(dtype, scale):
     q, k, v, dout, pad = half_inputs(dtype, True, scale=scale, h=1)
     q, k, v, dout = (t[:, 0] for t in (q, k, v, dout))  # one head: (B, T, d)
-    m = Attention(q.size(-1), q.size(-2)).to(dtype)
+    m = AttentionLayer(q.size(-1), q.size(-2)).to(dtype)
     heads = lambda f: lambda *t: f(*(x[:, None] for x in t))[:, 0]  # noqa: E731
     ref64 = grads(heads(lambda *t: plain_attention(*t, pad, True)), q, k, v, dout)
     h = [t.to(dtype) for t in (q, k, v, dout)]
@@ -116,7 +116,7 @@ def test_explicit_scores_are_float32_for_half_inputs(dtype):
     assert s.dtype == torch.float32
     exact = q.double() @ k.double().transpose(-2, -1)
     assert (s.double() - exact).abs().max() < 1e-4  # products of half numbers, summed in fp32
-    weights = Attention(64, 6).to(dtype).attend(q, k, k, fused=False)[1]
+    weights = AttentionLayer(64, 6).to(dtype).attend(q, k, k, fused=False)[1]
     assert weights.dtype == dtype  # the weights still come back in the inputs' dtype
 
 

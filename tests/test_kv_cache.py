@@ -15,7 +15,7 @@ from attnbook.kv_cache import KVCache, cached_attention, generate
 @pytest.mark.parametrize("prompt", [1, 4, 9])
 @pytest.mark.parametrize("side", [None, "left"])
 def test_token_by_token_equals_full_forward(prompt, side):
-    m = Attention(8, 16).double()
+    m = AttentionLayer(8, 16).double()
     B, T = 3, 9
     x = torch.randn(B, T, 8, dtype=torch.float64)
     pad = None if side is None else random_padding(B, T, side)
@@ -31,7 +31,7 @@ def test_token_by_token_equals_full_forward(prompt, side):
 
 
 def test_left_padded_prompt_gives_zero_rows_not_nan():
-    m = Attention(4, 8)
+    m = AttentionLayer(4, 8)
     x = torch.randn(1, 3, 4)
     pad = torch.tensor([[False, False, True]])
     cache = KVCache.for_module(m, 1)
@@ -40,7 +40,7 @@ def test_left_padded_prompt_gives_zero_rows_not_nan():
 
 
 def test_generate_with_and_without_cache_agree():
-    m = Attention(8, 40).double()
+    m = AttentionLayer(8, 40).double()
     prompt = torch.randn(2, 5, 8, dtype=torch.float64)
     a = generate(m, prompt, 20)
     b = generate(m, prompt, 20, use_cache=False)
@@ -49,7 +49,7 @@ def test_generate_with_and_without_cache_agree():
 
 
 def test_cache_follows_module_dtype_and_refuses_overflow():
-    m = Attention(4, 5).double()
+    m = AttentionLayer(4, 5).double()
     cache = KVCache.for_module(m, 2)
     assert cache.k.dtype == torch.float64 and cache.capacity == 5
     cached_attention(m, torch.randn(2, 5, 4, dtype=torch.float64), cache)
@@ -59,7 +59,7 @@ def test_cache_follows_module_dtype_and_refuses_overflow():
 
 def test_step_costs_one_projection_row():
     """A decoding step projects only the new token: the module sees (B, 1, d) inputs."""
-    m = Attention(4, 10)
+    m = AttentionLayer(4, 10)
     seen = []
     m.query.register_forward_hook(lambda mod, inp, out: seen.append(inp[0].shape[1]))
     cache = KVCache.for_module(m, 1)
@@ -75,10 +75,27 @@ import torch.nn.functional as F  # noqa: E402
 from attnbook import MultiHeadAttention, TinyConfig, TinyModel  # noqa: E402
 from attnbook.kv_cache import kv_cache_bytes, window_attention, window_mask  # noqa: E402
 
-HEADED = [lambda: Attention(8, 16), lambda: MultiHeadAttention(8, 16, 4),
+HEADED = [lambda: AttentionLayer(8, 16), lambda: MultiHeadAttention(8, 16, 4),
           lambda: MultiHeadAttention(8, 16, 4, n_kv_heads=2),
           lambda: MultiHeadAttention(8, 16, 4, n_kv_heads=1)]
 IDS = ["one-head", "multi-head", "grouped-query", "multi-query"]
+
+
+@pytest.mark.parametrize("pad", [None, "left"])
+def test_the_core_module_takes_the_cache_token_by_token(pad):
+    """Chapter 12 on the module of chapters 0-8: the cache sees it as its layer (no new draws)."""
+    torch.manual_seed(0)
+    m = Attention(8, 16).double()
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    mask = None if pad is None else torch.tensor([[False] * 3 + [True] * 6, [True] * 9])
+    state = torch.random.get_rng_state()
+    cache = KVCache.for_module(m, 2)
+    steps = [cached_attention(m, x[:, :4], cache, None if mask is None else mask[:, :4])]
+    steps += [cached_attention(m, x[:, t:t + 1], cache, None if mask is None else mask[:, t:t + 1])
+              for t in range(4, 9)]
+    assert torch.equal(torch.random.get_rng_state(), state)
+    want = m(x, mask)
+    torch.testing.assert_close(torch.cat(steps, 1), want, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("make", HEADED, ids=IDS)
@@ -115,9 +132,10 @@ def test_an_unsupported_module_is_refused():
             return 2 * super().forward(x, padding_mask, **kw)
 
     m = Doubled(4, 8)
-    with pytest.raises(TypeError, match="supports attnbook.Attention or attnbook.MultiHead"):
+    with pytest.raises(TypeError, match="supports attnbook.Attention or attnbook.AttentionLayer or "
+                       "attnbook.MultiHead"):
         KVCache.for_module(m, 1)
-    cache = KVCache.for_module(Attention(4, 8), 1)
+    cache = KVCache.for_module(AttentionLayer(4, 8), 1)
     with pytest.raises(TypeError, match="got Doubled"):
         cached_attention(m, torch.randn(1, 2, 4), cache)
 
@@ -228,7 +246,7 @@ def test_window_mask_is_a_band():
 
 def test_window_wider_than_the_context_is_refused_by_name():
     """A window of W slots lets a query see W keys; the module allows context_length."""
-    m = Attention(4, 6)
+    m = AttentionLayer(4, 6)
     with pytest.raises(ValueError, match=r"between 1 and the context length 6.*window=7"):
         KVCache.for_module(m, 1, window=7)
     with pytest.raises(ValueError, match="window=0"):
@@ -239,7 +257,7 @@ def test_window_wider_than_the_context_is_refused_by_name():
     assert KVCache.for_module(m, 1, window=6).capacity == 6  # the whole context is allowed
 
 
-SHORT = [lambda: Attention(8, 6), lambda: MultiHeadAttention(8, 6, 4),
+SHORT = [lambda: AttentionLayer(8, 6), lambda: MultiHeadAttention(8, 6, 4),
          lambda: MultiHeadAttention(8, 6, 4, n_kv_heads=2),
          lambda: MultiHeadAttention(8, 6, 4, n_kv_heads=1)]
 
@@ -371,7 +389,7 @@ def test_the_nan_kernel_would_break_a_bare_mask():
 def test_padded_prompt_then_tokens_without_a_mask_equal_the_full_forward(window):
     """Generation after a left-padded prompt: the new tokens come without a padding mask (they
     are real), so the steps skip the empty-row rule but must still mask the prompt's padding."""
-    m = Attention(8, 16).double()
+    m = AttentionLayer(8, 16).double()
     B, P, T = 3, 5, 9
     x = torch.randn(B, T, 8, dtype=torch.float64)
     pad = torch.ones(B, T, dtype=torch.bool)
@@ -392,7 +410,7 @@ def test_padded_prompt_then_tokens_without_a_mask_equal_the_full_forward(window)
 def test_a_cache_fed_without_padding_needs_no_key_mask():
     """`padded` records whether any padding mask was appended (one of all True counts): the
     steps of an unpadded generation then call SDPA with no mask at all."""
-    m = Attention(8, 16)
+    m = AttentionLayer(8, 16)
     cache = KVCache.for_module(m, 2)
     cached_attention(m, torch.randn(2, 4, 8), cache)
     assert not cache.padded
@@ -401,7 +419,7 @@ def test_a_cache_fed_without_padding_needs_no_key_mask():
 
 
 def _kv_bad_inputs():
-    m, mha = Attention(8, 16), MultiHeadAttention(8, 16, 4)
+    m, mha = AttentionLayer(8, 16), MultiHeadAttention(8, 16, 4)
     x = torch.randn(2, 3, 8)
     return [
         ("x without a batch axis", lambda: cached_attention(m, x[0], KVCache.for_module(m, 2)),
@@ -433,7 +451,7 @@ def test_the_cache_names_what_it_expected(case):
 
 
 def test_generating_zero_tokens_returns_an_empty_sequence():
-    m = Attention(8, 16)
+    m = AttentionLayer(8, 16)
     assert generate(m, torch.randn(2, 3, 8), 0).shape == (2, 0, 8)
 
 
@@ -480,11 +498,11 @@ def test_decode_step_is_cached_attention_without_the_checks(kind, padded):
     from attnbook.kv_cache import decode_step
 
     torch.manual_seed(0)
-    m = {"one head": lambda: Attention(8, 16),
+    m = {"one head": lambda: AttentionLayer(8, 16),
          "gqa": lambda: MultiHeadAttention(8, 16, 4, n_kv_heads=2),
          "rope": lambda: MultiHeadAttention(8, 16, 2, position="rope"),
          "alibi": lambda: MultiHeadAttention(8, 16, 2, position="alibi"),
-         "window": lambda: Attention(8, 16)}[kind]().double()
+         "window": lambda: AttentionLayer(8, 16)}[kind]().double()
     window = 3 if kind == "window" else None
     B, T = 2, 9
     x = torch.randn(B, T, 8, dtype=torch.float64)
@@ -512,7 +530,7 @@ def test_a_one_token_step_dispatches_no_arange():
             self.names.append(func.overloadpacket.__name__)
             return func(*args, **(kwargs or {}))
 
-    m = Attention(8, 16)
+    m = AttentionLayer(8, 16)
     cache = KVCache.for_module(m, 2)
     with torch.no_grad():
         cached_attention(m, torch.randn(2, 3, 8), cache)
@@ -539,7 +557,7 @@ def test_generate_still_checks_what_next_input_returns():
     """generate skips the checks only for an input of the previous output's shape and dtype;
     anything else goes through cached_attention and gets its error (or, for a valid chunk of
     two tokens, is attended as before)."""
-    m = Attention(4, 16)
+    m = AttentionLayer(4, 16)
     prompt = torch.randn(2, 3, 4)
     with pytest.raises(TypeError, match="dtype"):
         generate(m, prompt, 2, next_input=lambda y: y.double())
@@ -560,7 +578,7 @@ def test_generate_still_checks_what_next_input_returns():
     torch.testing.assert_close(generate(m, prompt, 2, next_input=twice), torch.cat(want, 1),
                                rtol=0, atol=0)
     with pytest.raises(ValueError, match="do not fit"):
-        generate(Attention(4, 4), prompt, 2)
+        generate(AttentionLayer(4, 4), prompt, 2)
 
 
 def test_tiny_model_decode_is_step_without_the_checks():

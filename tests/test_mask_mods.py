@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.masks import (
     BLOCK_EMPTY,
     BLOCK_FULL,
@@ -95,7 +95,7 @@ def test_mask_mod_agrees_on_tiled_explicit_module_and_flex(name):
     tiled = tiled_attention(q, k, v, mask_mod=mod, causal=causal, block_size=5)
     torch.testing.assert_close(tiled, flex, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(_explicit(q, k, v, mod), flex, rtol=1e-10, atol=1e-10)
-    module = Attention(D, T).double()
+    module = AttentionLayer(D, T).double()
     if causal:  # the module materialises the mask_mod and ANDs it with its causal buffer
         torch.testing.assert_close(module.attend(q, k, v, mask_mod=mod)[0], flex,
                                    rtol=1e-10, atol=1e-10)
@@ -209,7 +209,7 @@ def test_softcap_derivative_is_one_minus_tanh_squared():
 
 def test_module_forward_with_mask_mod_equals_tiled_and_fused_falls_back():
     x = torch.randn(B, T, D, dtype=torch.float64)
-    m = Attention(D, T).double()
+    m = AttentionLayer(D, T).double()
     mod = document_mod(DOC_IDS_B)
     out = m(x, mask_mod=mod)
     q, k, v = m.query(x), m.key(x), m.value(x)
@@ -253,7 +253,7 @@ def test_tiles_are_skipped_and_counted():
 def test_three_d_inputs_and_grouped_heads():
     q3, k3, v3 = _qkv(6, shape=(B, T, D))
     mod = document_mod(DOC_IDS_B)
-    ref = Attention(D, T).double().attend(q3, k3, v3, mask_mod=mod)[0]
+    ref = AttentionLayer(D, T).double().attend(q3, k3, v3, mask_mod=mod)[0]
     torch.testing.assert_close(tiled_attention(q3, k3, v3, mask_mod=mod, block_size=5), ref)
     q, _, _ = _qkv(7, shape=(B, 4, T, D))
     _, k, v = _qkv(8, shape=(B, 2, T, D))
@@ -335,7 +335,7 @@ def _docs_and_alone(seed=10, lengths=(6, 9, 5)):
 
 def test_without_the_document_mask_documents_leak_into_each_other():
     docs, packed = _docs_and_alone()
-    m = Attention(D, 32).double()
+    m = AttentionLayer(D, 32).double()
     row = torch.cat(docs)[None]  # (1, T, d) the packed row
     alone = torch.cat([m(d[None])[0] for d in docs])  # (T, d) each document by itself
     leaky = m(row)[0]  # causal only: document 2 sees documents 0 and 1
@@ -354,7 +354,7 @@ def test_without_the_document_mask_documents_leak_into_each_other():
 def test_absolute_positions_need_restarting_rope_does_not():
     docs, packed = _docs_and_alone()
     T_row = sum(packed.lengths)
-    m = Attention(D, 32).double()
+    m = AttentionLayer(D, 32).double()
     table = sinusoidal_table(32, D, dtype=torch.float64)  # (32, d) absolute positions
     row = torch.cat(docs)
     alone = torch.cat([m((d + table[: len(d)])[None])[0] for d in docs])

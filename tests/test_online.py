@@ -8,7 +8,7 @@ from conftest import random_padding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.online import (
     online_softmax,
     online_softmax_stats,
@@ -48,7 +48,7 @@ def test_online_softmax_huge_scores_do_not_overflow():
 
 
 def _explicit(q, k, v, pad=None):
-    return Attention(q.size(-1), q.size(-2)).to(q.dtype).attend(q, k, v, pad)[0]
+    return AttentionLayer(q.size(-1), q.size(-2)).to(q.dtype).attend(q, k, v, pad)[0]
 
 
 @settings(max_examples=30, deadline=None)

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnbook import Attention, AttentionLayer, MultiHeadAttention
+from attnbook import AttentionLayer, MultiHeadAttention
 from attnbook.fused import fused_attention
 from attnbook.positions import alibi_slopes, apply_rope
 from attnbook.scores import attention_scores, scale_scores
@@ -115,7 +115,7 @@ def test_positions_per_sequence():
 def test_rope_changes_the_output_and_none_is_the_seed():
     torch.manual_seed(0)
     original = SeedAttention(8, 6)
-    ours = Attention(8, 6)
+    ours = AttentionLayer(8, 6)
     assert ours.position == "none"
     ours.load_state_dict(original.state_dict())
     x = torch.randn(2, 6, 8)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook import Attention, AttentionLayer, KVCache, MultiHeadAttention, TinyConfig, TinyModel
+from attnbook import AttentionLayer, KVCache, MultiHeadAttention, TinyConfig, TinyModel
 from attnbook.kv_cache import cached_attention
 
 F64 = torch.float64
@@ -134,7 +134,7 @@ def test_mha_mask_mod_equals_attention_with_one_head():
     from attnbook.masks import sliding_window_mod
 
     torch.manual_seed(0)
-    one = Attention(8, 16).double()
+    one = AttentionLayer(8, 16).double()
     mha = MultiHeadAttention(8, 16, 1).double()
     for name in ("query", "key", "value"):
         getattr(mha, name).weight.data.copy_(getattr(one, name).weight)
@@ -186,7 +186,8 @@ def test_mha_mask_mod_equals_an_explicit_mask(fused, kv):
 
 # --- refusals ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [lambda: Attention(8, 16), lambda: MultiHeadAttention(8, 16, 2),
+@pytest.mark.parametrize("make", [lambda: AttentionLayer(8, 16),
+                                  lambda: MultiHeadAttention(8, 16, 2),
                                   lambda: MultiHeadAttention(8, 16, 2, fused=True)])
 def test_prefix_mod_refused_where_the_causal_mask_is_anded_in(make):
     from attnbook.masks import and_mods, padding_mod, prefix_mod

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.positions import apply_rope
 from attnbook.ring import rotate_shard, shard, shard_inputs, shard_positions, simulate_ring
 
@@ -15,7 +15,7 @@ F64 = torch.float64
 def explicit_rope(q, k, v, padding_mask=None):
     T = q.size(-2)
     pos = torch.arange(T)
-    attn = Attention(q.size(-1), T).to(F64)
+    attn = AttentionLayer(q.size(-1), T).to(F64)
     return attn.attend(apply_rope(q, pos), apply_rope(k, pos), v, padding_mask)[0]
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.ring import (
     chunk_ids,
     ring_attention,
@@ -28,7 +28,7 @@ ATOL = 1e-10
 
 def _explicit(q, k, v, pad, causal, dout):
     """Outputs and gradients of ``Attention.attend`` on the whole sequence (float64)."""
-    attn = Attention(q.size(-1), q.size(-2)).double()
+    attn = AttentionLayer(q.size(-1), q.size(-2)).double()
     if not causal:
         attn.mask.zero_()  # nothing in the future is blocked
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
@@ -129,7 +129,7 @@ def test_simulated_ring_equals_explicit(P, layout):
         for causal in (True, False):
             got = simulate_ring(q, k, v, pad, world=P, layout=layout, causal=causal,
                                 block_size=3)
-            attn = Attention(4, T).double()
+            attn = AttentionLayer(4, T).double()
             if not causal:
                 attn.mask.zero_()
             torch.testing.assert_close(got, attn.attend(q, k, v, pad)[0], atol=ATOL, rtol=0)

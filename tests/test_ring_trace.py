@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from attnbook import Attention  # noqa: E402
+from attnbook import AttentionLayer  # noqa: E402
 from attnbook.lab.ring_trace import (  # noqa: E402
     describe_step,
     draw_ring_step,
@@ -29,7 +29,7 @@ def _inputs(T, heads=0, seed=0):
 
 
 def _explicit(q, k, v, dout, pad):
-    attn = Attention(q.size(-1), q.size(-2)).double()
+    attn = AttentionLayer(q.size(-1), q.size(-2)).double()
     q, k, v = (t.clone().requires_grad_() for t in (q, k, v))
     out = attn.attend(q, k, v, pad)[0]
     out.backward(dout)

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from attnbook import Attention
+from attnbook import AttentionLayer
 from attnbook.fused import fused_attention
 from attnbook.online import tiled_attention
 
@@ -73,7 +73,7 @@ def test_tiled_grouped_query_forward_and_backward(h_kv, recompute):
     q, k, v = (t.requires_grad_() for t in _qkv((B, h, T, d), (B, h_kv, T, d), (B, h_kv, T, d)))
     pad = torch.ones(B, T, dtype=torch.bool)
     pad[0, :2] = False  # left padding: two empty rows
-    ref = Attention(d, T).double().attend(q, k, v, pad, fused=False)[0]  # repeats K, V itself
+    ref = AttentionLayer(d, T).double().attend(q, k, v, pad, fused=False)[0]  # repeats K, V itself
     dout = torch.randn_like(ref)
     g_ref = torch.autograd.grad(ref, (q, k, v), dout)
     out = tiled_attention(q, k, v, pad, block_size=4, recompute=recompute)

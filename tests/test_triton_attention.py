@@ -24,7 +24,7 @@ if _FRESH:
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
-from attnbook import Attention  # noqa: E402
+from attnbook import AttentionLayer  # noqa: E402
 from attnbook.gpu.decoding import flash_decoding, merge_partials  # noqa: E402
 from attnbook.gpu.flash import FlashAttention, flash_attention, flash_forward  # noqa: E402
 from attnbook.gpu.kernels import head_offset  # noqa: E402
@@ -37,7 +37,7 @@ in_process = pytest.mark.skipif(not IN_PROCESS, reason="Triton was imported with
 
 def explicit(q, k, v, padding_mask=None, causal=True):
     """The reference: steps 2 to 6 of attnbook.Attention, explicit."""
-    attn = Attention(q.size(-1), q.size(-2)).to(q.dtype)
+    attn = AttentionLayer(q.size(-1), q.size(-2)).to(q.dtype)
     if not causal:
         attn.mask.zero_()
     return attn.attend(q, k, v, padding_mask)[0]

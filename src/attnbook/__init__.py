@@ -4,6 +4,7 @@ The library behind the book *Attention, Step by Step*. Shape legend: B batch, T 
 d model width (``d_model``), h heads, d_h head width.
 """
 
+from . import _moved
 from .attention import Attention
 from .fused import fused_attention
 from .gpu import flash_attention, flash_decoding  # Triton loads on first use, not here
@@ -109,6 +110,10 @@ __all__ = [
     "to_sdpa_mask",
     "weighted_sum",
 ]
+
+# Modules that moved to attnbook.lab stay importable by their old paths (attnbook.notebook, ...):
+# the editions handed out before the move import them (attnbook._moved).
+_moved.install()
 
 # The lab helpers the top level used to export, still found here for code written before they
 # moved to attnbook.lab; they load on first use, so `import attnbook` imports none of the lab.
