@@ -288,6 +288,83 @@ def test_no_student_edition_gives_an_answer_away(path):
     assert not re.search(r"^## What you saw\s*\n\s*\n\s*- ", shown, re.M)
 
 
+def _verdicts(text: str) -> list[str]:
+    """Lines of a cell's output that answer: a check's verdict or a prediction's result."""
+    return [line for line in text.splitlines()
+            if re.match(r"\s*(\S+ )?(Correct|Not yet|Right values)\b", line)
+            or re.search(r": measured .+", line)]
+
+
+def _no_answering_output(lab, student, name: str) -> None:
+    """Issue 48: no output of ``student`` answers a prediction or an exercise; the other
+    outputs (setup, figures, tables the text refers to) are kept."""
+    outputs = [_printed(c) for c in student.cells if c.cell_type == "code"]
+    for text in outputs:
+        assert not _verdicts(text), f"{name}: a student edition shows {_verdicts(text)[0]!r}"
+    # A prediction's result (read from the lab's measuring cell) is not printed above it either.
+    code = [c for c in lab.cells if c.cell_type == "code"]
+    for k, cell in enumerate(code):
+        for m in re.finditer(r": measured (.+?)(?: \(no guess yet|: |$)", _printed(cell), re.M):
+            value = m.group(1)
+            if not re.search(r"\d", value) or re.fullmatch(r"-?\d(\.0*)?%?", value):
+                continue  # a lone digit, True or a word is everywhere
+            shown = [c for c in student.cells[:] if c.cell_type == "code"
+                     and any(c.source == d.source for d in code[:k])]
+            hit = re.compile(rf"(?<![\w.]){re.escape(value)}(?![\w])")
+            assert not any(hit.search(_printed(c)) for c in shown), (
+                f"{name}: the prediction's result {value} is printed above the prediction")
+    # Each prompt's guess cell and measuring cell come without outputs; setup and the figures
+    # outside them keep theirs.
+    assert all(not c.outputs for c in student.cells if c.cell_type == "code"
+               and re.search(r"^guess_\w+ = None", c.source, re.M))
+    figures = [c.source for c in lab.cells if c.cell_type == "code"
+               and any("image/png" in o.get("data", {}) for o in c.get("outputs", []))
+               and "compare_prediction(" not in c.source and not labs.is_solution(c)]
+    kept = {c.source for c in student.cells if c.cell_type == "code" and c.outputs}
+    assert all(f in kept for f in figures), f"{name}: a figure lost its output"
+
+
+@needs_otter
+def test_built_student_editions_answer_no_prediction_or_exercise(built):
+    """The editions ``make classroom`` writes: the student's carry no output that answers a
+    prediction or an exercise; the instructor's keep every output."""
+    out, _ = built
+    for lab in LABS:
+        lab_nb = nbformat.read(ROOT / "notebooks" / f"{lab}.ipynb", as_version=4)
+        student = nbformat.read(out / "student" / f"{lab}.ipynb", as_version=4)
+        teacher = nbformat.read(out / "instructor" / f"{lab}.ipynb", as_version=4)
+        _no_answering_output(lab_nb, student, lab)
+        assert [_printed(c) for c in teacher.cells[2:] if c.cell_type == "code"] == \
+               [_printed(c) for c in lab_nb.cells[1:] if c.cell_type == "code"]
+        assert any(_verdicts(_printed(c)) for c in teacher.cells)
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_no_student_edition_answers_a_prediction_or_a_check(path):
+    """Every lab's student edition (built as ``make classroom`` builds it) is checked as the
+    built ones above."""
+    lab = nbformat.read(path, as_version=4)
+    student = handouts.student_edition(lab, labs.find_exercises(lab), path.stem)
+    _no_answering_output(lab, student, path.stem)
+
+
+def test_student_edition_clears_prediction_and_check_cells_only():
+    """Labs 20 and 21: the guess and measuring cells of each prediction and the exercises'
+    check cells lose their outputs; a table that answers nothing keeps its output."""
+    for stem, keeps in (("20_positions", "perm = "), ("21_mask_functions", "causal_mod == ")):
+        lab = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+        exercises = labs.find_exercises(lab)
+        clear = handouts.answering_cells(lab, exercises)
+        assert {ex.cell for ex in exercises} <= clear
+        spans = handouts.prediction_spans(lab)
+        assert len(spans) == sum(bool(handouts.PREDICTION.search(c.source))
+                                 for c in lab.cells if c.cell_type == "markdown")
+        assert all(i in clear for a, b in spans for i in range(a, b + 1)
+                   if lab.cells[i].cell_type == "code")
+        student = handouts.student_edition(lab, exercises, stem)
+        assert any(keeps in _printed(c) for c in student.cells)
+
+
 def test_answer_patterns_find_lists_rows_and_single_numbers():
     nb = nbformat.v4.new_notebook()
     sol = nbformat.v4.new_code_cell("# @title Solution\nanswer = 2.5")

@@ -80,6 +80,65 @@ def answer_patterns(nb, exercises: list[Exercise]) -> list[re.Pattern]:
     return patterns
 
 
+PREDICTION = re.compile(r"\*\*Predict first\.\*\*")
+MEASURED = re.compile(r": measured (.+?)(?: \(no guess yet|: |$)", re.M)
+
+
+def prediction_spans(nb) -> list[tuple[int, int]]:
+    """Each "Predict first" prompt's code cells: (first, last) indices, from the cell after the
+    prompt to the first cell that calls ``compare_prediction`` (the guess and the measurement)."""
+    spans = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown" or not PREDICTION.search(cell.source):
+            continue
+        for j in range(i + 1, len(nb.cells)):
+            if nb.cells[j].cell_type == "code" and "compare_prediction(" in nb.cells[j].source:
+                spans.append((i + 1, j))
+                break
+    return spans
+
+
+def measured_answers(nb) -> list[tuple[int, re.Pattern]]:
+    """What each prediction's measuring cell prints as the result ("measured 16%"), as
+    (index of that cell, pattern): a cell above it that prints the same gives the answer away.
+
+    Only distinctive numbers count (two digits or more, a percentage, a shape): a lone digit,
+    True, False or a word such as a scheme's name appears in many cells that answer nothing.
+    """
+    found = []
+    for _, last in prediction_spans(nb):
+        for m in MEASURED.finditer(_printed(nb.cells[last])):
+            value = m.group(1).strip()
+            if not re.search(r"\d", value) or re.fullmatch(r"-?\d(?:\.0*)?%?", value):
+                continue
+            found.append((last, re.compile(rf"(?<![\w.]){re.escape(value)}(?![\w])")))
+    return found
+
+
+def answering_cells(nb, exercises: list[Exercise]) -> set[int]:
+    """The code cells of a lab whose stored output answers an exercise or a prediction.
+
+    Those are: each exercise's cell (its check's verdict); the cells of each "Predict first"
+    prompt, from the guess to the cell that measures and calls ``compare_prediction``; any
+    cell above a prediction that prints its measured result; any cell that prints a value a
+    solution prints (:func:`answer_patterns`).
+    """
+    leaks = answer_patterns(nb, exercises)
+    clear = {ex.cell for ex in exercises}
+    for first, last in prediction_spans(nb):
+        clear |= {i for i in range(first, last + 1) if nb.cells[i].cell_type == "code"}
+    measured = measured_answers(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        text = _printed(cell)
+        if any(p.search(text) for p in leaks):
+            clear.add(i)
+        if any(i < last and p.search(text) for last, p in measured):
+            clear.add(i)
+    return clear
+
+
 def edition_id(nb, exercises: list[Exercise]) -> str:
     """A content id of a lab's exercises: 12 hex digits that change when an exercise does.
 
@@ -154,14 +213,16 @@ def student_edition(nb, exercises: list[Exercise], lab: str | None = None,
 
     Removed: the solution cells, the notes that point at them (the whole cell, so a sentence
     such as "It predicts, then measures." does not dangle), the closing "What you saw"
-    summary, which states the answers (replaced by a prompt), and the stored output of any
-    cell that prints a value a solution prints (the cell stays; it prints it when run, so a lab
-    that computes an answer before asking for it should be reordered). Added: a first cell
+    summary, which states the answers (replaced by a prompt), and the stored output of every
+    cell that answers an exercise or a prediction (:func:`answering_cells`: the checks, the
+    guess and measuring cells of each "Predict first", and any cell that prints a solution's
+    value or a prediction's result before it is asked; the cell stays and prints it when run).
+    Setup and the other figures and tables keep their outputs. Added: a first cell
     with the hand-in rules and the method limits, and (given ``lab``) the edition in the
     notebook's metadata (:func:`stamp`), by which the grader recognises the lab whatever the
     file is called and grades it with its own edition's checks.
     """
-    leaks = answer_patterns(nb, exercises)
+    answering = answering_cells(nb, exercises)
     lab_nb, nb = nb, copy.deepcopy(nb)
     drop = {i for ex in exercises for i in ex.solutions}
     drop |= {i for i, c in enumerate(nb.cells) if is_solution(c)}
@@ -169,7 +230,7 @@ def student_edition(nb, exercises: list[Exercise], lab: str | None = None,
     for i, cell in enumerate(nb.cells):
         if i in drop:
             continue
-        if cell.cell_type == "code" and any(p.search(_printed(cell)) for p in leaks):
+        if cell.cell_type == "code" and i in answering:
             cell.outputs, cell.execution_count = [], None
         if cell.cell_type == "markdown" and HIDDEN_NOTE in cell.source:
             continue
