@@ -58,16 +58,29 @@ def test_other_guesses_are_compared_for_equality(capsys):
     assert _said(capsys, " Sinusoidal", "sinusoidal", what="best").endswith(": right")
 
 
-@pytest.mark.parametrize("guess, measured, error, words", [
-    ("3", 3.0, TypeError, "should be a number like the result"),
-    (3, (1, 2), TypeError, "should be a shape"),
-    (1, True, TypeError, "should be True or False"),
-    (float("nan"), 1.0, ValueError, "is NaN"),
+@pytest.mark.parametrize("guess, measured, words", [
+    ("3", 3.0, "should be a number like the result, got str '3'"),
+    (3, (1, 2), "should be a shape (a tuple of sizes) like the result, got int 3"),
+    (1, True, "should be True or False like the result, got int 1"),
+    (float("nan"), 1.0, "is NaN"),
 ])
-def test_a_guess_of_the_wrong_kind_is_refused_with_both_kinds_named(guess, measured, error,
-                                                                      words):
-    with pytest.raises(error, match=words):
-        compare_prediction(guess, measured, what="x")
+def test_a_guess_of_the_wrong_kind_gets_a_message_with_both_kinds_named(capsys, guess,
+                                                                        measured, words):
+    """Issue 48: a wrong kind of guess is a line saying what to write, not a traceback."""
+    said = _said(capsys, guess, measured, what="x")
+    assert words in said and "run both cells again" in said
+
+
+def test_a_question_with_choices_takes_its_words(capsys):
+    """Issue 48: "up or down?" takes "up" or "down" (any case), and says so to anything else."""
+    up_down = {"what": "acc", "choices": ("up", "down")}
+    assert _said(capsys, " Down", "down", **up_down).endswith(": right")
+    assert "not this time" in _said(capsys, "up", "down", **up_down)
+    for guess in (0.3, "lower"):
+        assert "is not one of 'up' or 'down'" in _said(capsys, guess, "down", **up_down)
+    assert "measured 'down' (no guess yet" in _said(capsys, None, "down", **up_down)
+    with pytest.raises(ValueError, match="one of the choices"):
+        compare_prediction("up", 0.1, **up_down)
 
 
 def test_bad_arguments_are_refused():

@@ -3,7 +3,8 @@
 A lab asks a question before the cell that measures ("Predict first: how much larger is ...?")
 and gives the reader a variable to write a guess into (``guess_ratio = None``). The measuring
 cell then calls :func:`compare_prediction`, which prints the guess beside the result and says
-how far apart they are. Nothing is graded: the student editions keep these cells as they are.
+how far apart they are. Nothing is graded: the student editions keep these cells, their outputs
+cleared (the stored output states the result).
 
 A lab stored with ``None`` (as the site shows it) prints the result and how to take part, so the
 page reads well before anyone has guessed.
@@ -31,12 +32,14 @@ def _as_number(value) -> int | float | None:
 
 
 def compare_prediction(guess, measured, *, what: str, fmt: str = ".3g",
-                       rel_tol: float = 0.1) -> None:
+                       rel_tol: float = 0.1, choices: tuple[str, ...] | None = None) -> None:
     """Print the reader's guess beside the measured result.
 
     Numbers are compared by their ratio: within ``rel_tol`` reads "close", otherwise the line
     says how many times larger or smaller the result is, so a guess that is off by a factor of
     ten learns that it was. Anything else (a shape, a bool, a word) is compared for equality.
+    A guess of another kind than the prompt asks for (a word where a number is asked, a number
+    for "up or down?") is not compared: the line says what kind of guess to write instead.
 
     Args:
         guess: the reader's prediction, or ``None`` when there is none yet.
@@ -46,37 +49,52 @@ def compare_prediction(guess, measured, *, what: str, fmt: str = ".3g",
         fmt: format of numbers in the printed line (the stored output must not depend on the
             CPU: round to what the lab can promise).
         rel_tol: relative distance below which a numeric guess is "close", in (0, 1).
+        choices: the words a guess may be, for a question such as "up or down?" (``measured``
+            is then one of them); any other guess gets a line naming them.
 
     Returns:
         None (a returned line would be shown twice as a cell's last expression).
 
     Raises:
-        TypeError: ``what`` not a non-empty string, or a guess whose kind differs from the
-            result's (a number for a shape, say), with both kinds named.
-        ValueError: ``rel_tol`` outside (0, 1), or a NaN guess.
+        TypeError: ``what`` not a non-empty string.
+        ValueError: ``rel_tol`` outside (0, 1), or ``measured`` not one of ``choices``.
     """
     if not isinstance(what, str) or not what.strip():
         raise TypeError(f"what must name the quantity as a non-empty string, got {what!r}")
     if not isinstance(rel_tol, float | int) or not 0 < rel_tol < 1:
         raise ValueError(f"rel_tol must be a number in (0, 1), got {rel_tol!r}")
+    if choices is not None and _normalise(measured) not in [_normalise(c) for c in choices]:
+        raise ValueError(f"measured must be one of the choices {choices}, got {measured!r}")
     number = _as_number(measured)
     shown = _format(number, fmt) if number is not None else _show(measured)
     if guess is None:
         print(f"{what}: measured {shown} ({_NO_GUESS})")
         return
+    if choices is not None:
+        if not isinstance(guess, str) or _normalise(guess) not in [_normalise(c) for c in choices]:
+            words = " or ".join(repr(c) for c in choices)
+            print(f"{what}: your guess {guess!r} is not one of {words}: write one of them "
+                  "in the cell above and run both cells again")
+            return
     if number is not None:
         g = _as_number(guess)
         if g is None:
-            raise TypeError(f"the guess for {what} should be a number like the result "
-                            f"({shown}), got {type(guess).__name__} {guess!r}")
+            print(f"{what}: your guess should be a number like the result, got "
+                  f"{type(guess).__name__} {guess!r}: write a number in the cell above and "
+                  "run both cells again")
+            return
         if math.isnan(g):
-            raise ValueError(f"the guess for {what} is NaN: write a number")
+            print(f"{what}: your guess is NaN: write a number in the cell above and run both "
+                  "cells again")
+            return
         verdict = _numeric_verdict(g, number, rel_tol)
         line = f"{what}: you guessed {_format(g, fmt)}, measured {shown}: {verdict}"
     else:
         if _kind(guess) != _kind(measured):
-            raise TypeError(f"the guess for {what} should be {_kind(measured)} like the result "
-                            f"({shown}), got {type(guess).__name__} {guess!r}")
+            print(f"{what}: your guess should be {_kind(measured)} like the result, got "
+                  f"{type(guess).__name__} {guess!r}: write one in the cell above and run "
+                  "both cells again")
+            return
         same = _normalise(guess) == _normalise(measured)
         line = (f"{what}: you guessed {_show(guess)}, measured {shown}: "
                 + ("right" if same else "not this time: look at why before reading on"))
