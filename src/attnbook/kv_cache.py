@@ -180,6 +180,8 @@ class KVCache:
         check_supported(attn)
         attn = AttentionLayer.of(attn)  # the core module of chapters 0-8: one head of width d
         w = attn.key.weight
+        if window is None:  # a module with a sliding window keeps only that many tokens
+            window = getattr(attn, "window", None)
         return cls.empty(batch, attn.context_length, attn.d_head, attn.n_kv_heads,
                          device=w.device, dtype=w.dtype, window=window)
 
@@ -376,6 +378,8 @@ def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
     Shape:
         x_new: (B, t, d); padding_mask: (B, t); positions: (B, t) long, checked -> (B, t, d)
     """
+    if getattr(attn, "real_options", False):  # the last part's options: options_step
+        return options_step(attn, x_new, cache, padding_mask, positions)
     t, start = x_new.size(1), cache.length
     q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
     pos_new = (cache.next_positions(padding_mask, t) if positions is None
@@ -406,6 +410,55 @@ def decode_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
         allowed = ~attn.mask[start:L, :L]  # (t, L)
         allowed = allowed if keys is None else allowed & keys  # (B, 1, t, L) with padding
         heads = attend(q, k, v, allowed, own_key_real=own_key_real, bias=bias)
+    return attn.merge(heads)  # (B, t, d)
+
+
+def options_step(attn: MultiHeadAttention, x_new: torch.Tensor, cache: KVCache,
+                 padding_mask: torch.Tensor | None = None,
+                 positions: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`decode_step` for a module with the options of current models on (QK-norm, a score
+    scale, a score_mod, a sliding window, sink logits: ``attn.real_options``).
+
+    The same steps as the full forward: project, QK-norm, rotate (RoPE) at the position ids,
+    then :meth:`MultiHeadAttention.attend_keys` over the cached keys and the new ones, with
+    token indices (not position ids) for the causal rule, the module's window and the
+    score_mod's ``q_idx, kv_idx``. A window cache (its ring of W slots) holds the last W tokens;
+    the module's window, if narrower, is applied on top.
+
+    Shape:
+        x_new: (B, t, d); padding_mask: (B, t); positions: (B, t) long -> (B, t, d)
+    """
+    t, start, device = x_new.size(1), cache.length, x_new.device
+    q, k_new, v_new = attn.project_heads(x_new)  # (B, h, t, d_h), (B, h_kv, t, d_h) twice
+    q, k_new = attn.norm_qk(q, k_new)
+    given = positions is not None
+    pos_new = cache.next_positions(padding_mask, t) if positions is None else positions
+    if attn.position == "rope":  # keys are cached rotated: only the new ones turn
+        kw = attn.rope_kwargs()
+        q, k_new = apply_rope(q, pos_new, **kw), apply_rope(k_new, pos_new, **kw)
+    q_idx = torch.arange(start, start + t, device=device)  # (t,) token indices
+    real_new = (torch.ones(x_new.size(0), t, dtype=torch.bool, device=device)
+                if padding_mask is None else padding_mask)
+    if cache.window is None:
+        cache.append(k_new, v_new, padding_mask, pos_new, ids_given=given)
+        L = cache.length
+        k, v, real = cache.k[:, :, :L], cache.v[:, :, :L], cache.real[:, :L]
+        kv_idx, key_pos = torch.arange(L, device=device), cache.positions[:, :L]
+    else:  # the ring's tokens (slot order), then the new ones; written after attending
+        n, W = cache.filled(), cache.window
+        slots = torch.arange(n, device=device)
+        kv_idx = torch.cat([start - 1 - (start - 1 - slots) % W, q_idx])  # (n + t,)
+        k = torch.cat([cache.k[:, :, :n], k_new], dim=2)  # (B, h_kv, n + t, d_h)
+        v = torch.cat([cache.v[:, :, :n], v_new], dim=2)
+        real = torch.cat([cache.real[:, :n], real_new], dim=1)  # (B, n + t)
+        key_pos = torch.cat([cache.positions[:, :n], pos_new], dim=1)
+    allowed = attn.visible(q_idx, kv_idx) & key_mask(real)  # (B, 1, t, L)
+    if cache.window is not None:  # the ring's own band
+        allowed = allowed & (q_idx[:, None] - kv_idx < cache.window)
+    bias = attn.alibi(pos_new, key_pos, q) if attn.position == "alibi" else None
+    heads, _ = attn.attend_keys(q, k, v, allowed, q_idx, kv_idx, bias=bias, fused=attn.fused)
+    if cache.window is not None:
+        cache.append(k_new, v_new, padding_mask, pos_new, ids_given=given)
     return attn.merge(heads)  # (B, t, d)
 
 

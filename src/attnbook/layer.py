@@ -84,7 +84,7 @@ class AttentionLayer(Attention):
     def __init__(self, d_model: int, context_length: int, fused: bool = False,
                  position: str = "none", rope_base: float = 10000.0, rope_layout: str = "half",
                  rope_scaling=None, *, alibi_slopes=None, rotary_dim: int | None = None,
-                 _heads: int = 1):
+                 _heads: int = 1, _head_dim: int | None = None):
         check_position_args(position, rope_base, rope_layout, rope_scaling)
         if d_model < 1 or context_length < 1:
             raise ValueError(
@@ -94,10 +94,12 @@ class AttentionLayer(Attention):
             raise ValueError(f"rotary_dim={rotary_dim!r} turns features with RoPE: it needs "
                              f"position='rope', got position={position!r}")
         alibi_slopes = check_alibi_slopes(alibi_slopes, _heads)
-        if position == "rope" and _heads >= 1 and d_model % _heads == 0 \
-                and (d_model // _heads) % 2:
+        # The head width: d_model / heads, unless a many-head module gives its own (head_dim).
+        d_h = _head_dim if _head_dim is not None else (
+            d_model // _heads if _heads >= 1 and d_model % _heads == 0 else None)
+        if position == "rope" and d_h is not None and d_h % 2:
             raise ValueError(f"RoPE turns pairs of features, so the head width must be even, "
-                             f"got d_head = {d_model // _heads} (d_model={d_model}, "
+                             f"got d_head = {d_h} (d_model={d_model}, "
                              f"n_heads={_heads})")
         super().__init__(d_model, context_length)  # the three projections and the causal mask
         # One head of width d: the KV cache (chapter 12) reads these three numbers.
@@ -110,8 +112,8 @@ class AttentionLayer(Attention):
         self.position, self.rope_base, self.rope_layout = position, rope_base, rope_layout
         self.rope_scaling = rope_scaling
         self.alibi_slopes = alibi_slopes  # None: the paper's rule, alibi_slopes(h)
-        if position == "rope" and _heads >= 1 and d_model % _heads == 0:
-            check_rotary_dim(rotary_dim, d_model // _heads)
+        if position == "rope" and d_h is not None:
+            check_rotary_dim(rotary_dim, d_h)
         self.rotary_dim = rotary_dim  # None: every feature of each head turns
 
     @classmethod

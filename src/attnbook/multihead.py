@@ -20,7 +20,16 @@ from torch import nn
 
 from .checks import check_input, check_padding_mask
 from .layer import AttentionLayer
-from .masks import blocked_positions, to_key_padding_mask, to_sdpa_mask
+from .fused import repeat_kv
+from .masks import (
+    blocked_positions,
+    check_not_lost_to_causal,
+    check_score_mod,
+    materialize,
+    to_key_padding_mask,
+    to_sdpa_mask,
+)
+from .softmax import masked_softmax
 
 
 class MultiHeadAttention(AttentionLayer):
@@ -63,11 +72,19 @@ class MultiHeadAttention(AttentionLayer):
     def __init__(self, d_model: int, context_length: int, n_heads: int, fused: bool = False,
                  n_kv_heads: int | None = None, position: str = "none",
                  rope_base: float = 10000.0, rope_layout: str = "half", rope_scaling=None,
-                 *, alibi_slopes=None, rotary_dim: int | None = None):
-        super().__init__(d_model, context_length, fused=fused, position=position,
-                         rope_base=rope_base, rope_layout=rope_layout, rope_scaling=rope_scaling,
-                         alibi_slopes=alibi_slopes, rotary_dim=rotary_dim, _heads=n_heads)
-        if n_heads < 1 or d_model % n_heads != 0:
+                 *, alibi_slopes=None, rotary_dim: int | None = None,
+                 bias=False, head_dim: int | None = None, scale: float | None = None,
+                 score_mod=None, window: int | None = None, qk_norm: float | None = None,
+                 sinks: bool = False, causal_buffer: bool = True):
+        check_real_options(n_heads, bias, head_dim, scale, score_mod, window, qk_norm, sinks)
+        # Without the (T, T) buffer the causal rule is computed from token indices (visible).
+        if not causal_buffer and (isinstance(context_length, bool) or context_length < 1):
+            raise ValueError(f"context_length must be positive, got {context_length}")
+        super().__init__(d_model, context_length if causal_buffer else 1, fused=fused,
+                         position=position, rope_base=rope_base, rope_layout=rope_layout, rope_scaling=rope_scaling,
+                         alibi_slopes=alibi_slopes, rotary_dim=rotary_dim, _heads=n_heads,
+                         _head_dim=head_dim)
+        if head_dim is None and (n_heads < 1 or d_model % n_heads != 0):
             raise ValueError(
                 f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
                 f"gets d_model / n_heads features (try n_heads in {_divisors(d_model)})"
@@ -79,16 +96,42 @@ class MultiHeadAttention(AttentionLayer):
                 f"key/value head serves n_heads / n_kv_heads query heads "
                 f"(try n_kv_heads in {_divisors(n_heads)})"
             )
+        self.causal_buffer = causal_buffer
+        if not causal_buffer:  # no context_length² bytes: a placeholder outside the state_dict
+            self.context_length = context_length
+            del self._buffers["mask"]
+            self.register_buffer("mask", torch.zeros(0, 0, dtype=torch.bool), persistent=False)
         self.n_heads = n_heads
         self.n_kv_heads = n_kv_heads
-        self.d_head = d_model // n_heads
-        if n_kv_heads != n_heads:
-            # Grouped-query attention: keys and values get n_kv_heads heads of width d_h, so
-            # their projections (and the KV cache) shrink by n_heads / n_kv_heads.
-            self.key = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
-            self.value = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
-        # W_o mixes the heads' outputs back into one d-wide vector per token.
-        self.out = nn.Linear(d_model, d_model, bias=False)
+        self.d_head = d_model // n_heads if head_dim is None else head_dim
+        biases = projection_biases(bias)  # the projections that add a learned bias
+        if head_dim is not None or biases:
+            # Real models' projections: a head width of its own (Gemma: 8 x 256 != 2304), or
+            # biases (Qwen2: q, k, v; Phi, GPT-NeoX: all four). Drawn anew, in the same order.
+            width = n_heads * self.d_head
+            self.query = nn.Linear(d_model, width, bias="query" in biases)
+            self.key = nn.Linear(d_model, n_kv_heads * self.d_head, bias="key" in biases)
+            self.value = nn.Linear(d_model, n_kv_heads * self.d_head, bias="value" in biases)
+            self.out = nn.Linear(width, d_model, bias="out" in biases)
+        else:
+            if n_kv_heads != n_heads:
+                # Grouped-query attention: keys and values get n_kv_heads heads of width d_h,
+                # so their projections (and the KV cache) shrink by n_heads / n_kv_heads.
+                self.key = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
+                self.value = nn.Linear(d_model, n_kv_heads * self.d_head, bias=False)
+            # W_o mixes the heads' outputs back into one d-wide vector per token.
+            self.out = nn.Linear(d_model, d_model, bias=False)
+        # The options of current models (none draws a random number; all off by default):
+        # the score scale (None: 1 / sqrt(d_h)), a score_mod on the scaled scores (Gemma 2's
+        # softcapping), a sliding window of `window` keys, RMSNorm on each head's q and k,
+        # and one learned sink logit per head in the softmax's denominator (gpt-oss).
+        self.scale, self.score_mod, self.window = scale, score_mod, window
+        self.q_norm = self.k_norm = self.sinks = None
+        if qk_norm is not None:
+            self.q_norm = nn.RMSNorm(self.d_head, eps=qk_norm)
+            self.k_norm = nn.RMSNorm(self.d_head, eps=qk_norm)
+        if sinks:
+            self.sinks = nn.Parameter(torch.zeros(n_heads))
 
     def split_heads(self, x: torch.Tensor) -> torch.Tensor:
         """Cut the last dimension into contiguous slices of width d_h, one per head.
@@ -107,8 +150,8 @@ class MultiHeadAttention(AttentionLayer):
         Shape:
             (B, h, T, d_h) -> (B, T, d)
         """
-        B, _, T, _ = x.shape
-        return x.transpose(1, 2).reshape(B, T, self.d_model)  # (B, T, h * d_h)
+        B, h, T, d_h = x.shape
+        return x.transpose(1, 2).reshape(B, T, h * d_h)  # (B, T, h * d_h)
 
     def forward(
         self,
@@ -143,6 +186,7 @@ class MultiHeadAttention(AttentionLayer):
             check_padding_mask(padding_mask, B, T)
 
         q, k, v = self.project_heads(x)  # (B, h, T, d_h), (B, h_kv, T, d_h) twice
+        q, k = self.norm_qk(q, k)  # QK-norm (Qwen3, Gemma 3), before the rotation
         q, k, bias = self.with_positions(q, k, padding_mask, positions)  # bias (B?, h, T, T)
         # The fused kernel never forms the weights: asking for them takes the explicit path.
         fused = self.fused and not return_weights
@@ -170,8 +214,155 @@ class MultiHeadAttention(AttentionLayer):
 
     def extra_repr(self) -> str:
         kv = f", n_kv_heads={self.n_kv_heads}" if self.n_kv_heads != self.n_heads else ""
+        extra = "".join(f", {name}={getattr(self, name)!r}" for name in ("scale", "window")
+                        if getattr(self, name, None) is not None)
         return (f"d_model={self.d_model}, n_heads={self.n_heads}{kv}, d_head={self.d_head}, "
-                f"fused={self.fused}")
+                f"fused={self.fused}{extra}")
+
+    # The options of current models (the closing part of the book): QK-norm, a score scale, a
+    # score_mod, a sliding window and sink logits. None is on by default.
+
+    def norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """QK-norm: RMSNorm over each head's d_h features of q and k (Qwen3, Gemma 3).
+
+        Shape:
+            q: (B, h, T, d_h), k: (B, h_kv, T, d_h) -> the same
+        """
+        if self.q_norm is None:
+            return q, k
+        return self.q_norm(q), self.k_norm(k)
+
+    @property
+    def real_options(self) -> bool:
+        """Whether a score scale, score_mod, window, QK-norm or sinks is on: then steps 2 to 6
+        (and the KV cache) run :meth:`attend_keys`, which honours them."""
+        return (self.scale is not None or self.score_mod is not None or self.window is not None
+                or self.q_norm is not None or self.sinks is not None or not self.causal_buffer)
+
+    def attend(self, q, k, v, padding_mask=None, *, fused=None, mask_mod=None, bias=None):
+        """Steps 2 to 6: :meth:`attnbook.AttentionLayer.attend`, or, when one of the options of
+        current models is on (:attr:`real_options`), :meth:`attend_keys` with the causal rule,
+        the window, the padding and a mask_mod as one mask (True = may attend)."""
+        if not self.real_options:
+            return super().attend(q, k, v, padding_mask, fused=fused, mask_mod=mask_mod,
+                                  bias=bias)
+        B, T = q.size(0), q.size(-2)
+        idx = torch.arange(T, device=q.device)
+        allowed = self.visible(idx, idx)  # (T, T): causal, and the window
+        if padding_mask is not None:
+            allowed = allowed & padding_mask[:, None, None, :]  # (B, 1, T, T)
+        if mask_mod is not None:
+            may = materialize(mask_mod, T, T, B, self.n_heads, q.device)  # (B, h, T, T)
+            check_not_lost_to_causal(mask_mod, may, ~self.visible(idx, idx), "MultiHeadAttention")
+            allowed = allowed & may
+        fused = self.fused if fused is None else fused
+        return self.attend_keys(q, k, v, allowed, idx, idx, bias=bias, fused=fused)
+
+    def visible(self, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
+        """True where query token q_idx may see key token kv_idx: at or before it, and with a
+        window W fewer than W tokens behind (Mistral, Gemma 2: ``kv_idx > q_idx - W``).
+
+        Shape:
+            q_idx: (t,), kv_idx: (L,) or (B, L) token indices -> (t, L) or (B, 1, t, L)
+        """
+        if kv_idx.dim() == 2:
+            kv_idx = kv_idx[:, None, None, :]  # (B, 1, 1, L)
+        behind = q_idx[:, None] - kv_idx  # (t, L) or (B, 1, t, L)
+        allowed = behind >= 0
+        if self.window is not None:
+            allowed = allowed & (behind < self.window)
+        return allowed
+
+    def attend_keys(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    allowed: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, *,
+                    bias: torch.Tensor | None = None, fused: bool = False):
+        """Steps 2 to 6 with the options of current models, for any queries and keys.
+
+        scores = q k^T * scale (default 1 / sqrt(d_h)), + bias (ALiBi), then ``score_mod(score,
+        b, h, q_idx, kv_idx)`` (FlexAttention's signature; the indices are token indices),
+        blocked where ``allowed`` is False, then a softmax whose denominator also holds
+        exp(sink_h) when the module has sinks (gpt-oss; the sink's own weight is dropped),
+        and the weighted sum. A query that sees no key outputs zeros. With ``fused=True`` and
+        neither score_mod nor sinks, SDPA computes it (its ``scale=`` and a bool mask).
+
+        Returns:
+            the heads' outputs and the weights (None when fused).
+
+        Shape:
+            q: (B, h, t, d_h); k, v: (B, h_kv, L, d_h); allowed: broadcastable to (B, h, t, L);
+            q_idx: (t,); kv_idx: (L,) or (B, L) -> (B, h, t, d_h), (B, h, t, L)
+        """
+        B, h, t, d_h = q.shape
+        scale = self.scale if self.scale is not None else d_h ** -0.5
+        if k.size(1) != h:  # grouped-query attention
+            k, v = repeat_kv(k, h), repeat_kv(v, h)
+        allowed = allowed.expand(B, h, t, k.size(2)) if t and k.size(2) else allowed
+        if fused and self.score_mod is None and self.sinks is None:
+            empty = ~allowed.any(dim=-1, keepdim=True)  # (B, h, t, 1): the empty-row rule
+            mask = allowed | empty
+            if bias is not None:
+                mask = bias.to(q.dtype).masked_fill(~mask, float("-inf"))
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+            return out.masked_fill(empty, 0.0), None
+        dt = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        scores = (q.to(dt) @ k.to(dt).transpose(-2, -1)) * scale  # (B, h, t, L)
+        if bias is not None:
+            scores = scores + bias
+        if self.score_mod is not None:
+            kv = kv_idx[:, None, None, :] if kv_idx.dim() == 2 else kv_idx
+            scores = self.score_mod(scores, torch.arange(B, device=q.device)[:, None, None, None],
+                                    torch.arange(h, device=q.device)[None, :, None, None],
+                                    q_idx[:, None], kv)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        if self.sinks is not None:  # one more logit per head in the denominator, then dropped
+            sink = self.sinks.to(dt)[None, :, None, None].expand(B, h, t, 1)
+            weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+        else:
+            weights = masked_softmax(scores, ~allowed)
+        weights = weights.to(v.dtype)
+        return weights @ v, weights
+
+
+PROJECTIONS = ("query", "key", "value", "out")
+
+
+def projection_biases(bias) -> tuple[str, ...]:
+    """The projections that get a bias: ``bias`` is False (none), True (all four) or some of
+    :data:`PROJECTIONS` (Qwen2: ``("query", "key", "value")``)."""
+    if isinstance(bias, bool):
+        return PROJECTIONS if bias else ()
+    if isinstance(bias, str):
+        bias = (bias,)
+    names = tuple(bias)
+    unknown = [b for b in names if b not in PROJECTIONS]
+    if unknown:
+        raise ValueError(f"bias must be True, False or some of {PROJECTIONS}, got {bias!r}")
+    return names
+
+
+def check_real_options(n_heads, bias, head_dim, scale, score_mod, window, qk_norm,
+                       sinks) -> None:
+    """ValueError (or TypeError) naming the option of current models that is out of range."""
+    projection_biases(bias)
+    if head_dim is not None and (isinstance(head_dim, bool) or not isinstance(head_dim, int)
+                                 or head_dim < 1):
+        raise ValueError(f"head_dim must be a positive integer or None, got {head_dim!r}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not 0 < scale < float("inf")):
+        raise ValueError(f"scale must be a positive number (multiplies q k^T) or None "
+                         f"(1 / sqrt(d_h)), got {scale!r}")
+    if score_mod is not None:
+        check_score_mod(score_mod)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                               or window < 1):
+        raise ValueError(f"window must be a positive integer (keys a query sees) or None, got "
+                         f"{window!r}")
+    if qk_norm is not None and (isinstance(qk_norm, bool)
+                                or not isinstance(qk_norm, (int, float)) or qk_norm <= 0):
+        raise ValueError(f"qk_norm is RMSNorm's eps (a positive number) or None, got "
+                         f"{qk_norm!r}")
+    if not isinstance(sinks, bool):
+        raise ValueError(f"sinks must be True or False, got {sinks!r}")
 
 
 def _divisors(n: int) -> list[int]:
