@@ -309,3 +309,17 @@ def test_old_lab_module_paths_still_import_the_moved_modules():
             importlib.import_module(f"attnbook.lab.{name}")
     with pytest.raises(ModuleNotFoundError):
         importlib.import_module("attnbook.no_such_module")
+
+
+def test_the_core_listing_fits_chapter_0():
+    """Ch. 0 shows Attention.forward and Attention.attend: together at most 30 lines, and they
+    name none of the later chapters' options (those live in AttentionLayer)."""
+    import inspect
+    import re
+
+    source = inspect.getsource(Attention.forward) + inspect.getsource(Attention.attend)
+    lines = [line for line in source.splitlines() if line.strip()]
+    assert len(lines) <= 30, len(lines)
+    later = re.compile(r"fused|rope|alibi|rotary|mask_mod|score_mod|repeat_kv|n_kv_heads|"
+                       r"positions|materialize|cache", re.I)
+    assert not later.findall(source), later.findall(source)
