@@ -351,7 +351,8 @@ def test_no_student_edition_answers_a_prediction_or_a_check(path):
 def test_student_edition_clears_prediction_and_check_cells_only():
     """Labs 20 and 21: the guess and measuring cells of each prediction and the exercises'
     check cells lose their outputs; a table that answers nothing keeps its output."""
-    for stem, keeps in (("20_positions", "perm = "), ("21_mask_functions", "causal_mod == ")):
+    for stem, keeps in (("20_positions", "half(x[perm]) vs interleaved"),
+                        ("21_mask_functions", "causal_mod == ")):
         lab = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
         exercises = labs.find_exercises(lab)
         clear = handouts.answering_cells(lab, exercises)

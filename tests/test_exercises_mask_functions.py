@@ -83,13 +83,105 @@ def test_document_window_practice_check_refuses_the_library_and_a_fixed_row():
     fixed = ("ROW = allowed_matrix(lambda b, h, q, k: (doc[q] == doc[k]) & (q >= k) & (q - k < 3),"
              " 9)\n"
              "def document_window_allowed(document_ids, w):\n"
-             "    return ROW\n")
+             "    return allowed_matrix(lambda b, h, q, k: ROW[q, k], 9)\n")
+    # Issue 48: the matrix returned as it is, without a mask_mod, is right on the lab's row.
+    plain = ("def document_window_allowed(document_ids, w):\n"
+             "    i, j = torch.arange(len(document_ids))[:, None], torch.arange(9)[None, :]\n"
+             "    same = document_ids[:, None] == document_ids[None, :]\n"
+             "    return same & (i >= j) & (i - j < w)\n")
+    # Issue 48: apply_rope's neighbours here: the library's mask_mod under another name.
+    renamed = ("from attnbook.masks import document_mod as dm, sliding_window_mod as sw\n"
+               "def document_window_allowed(document_ids, w):\n"
+               "    a, c = dm(document_ids), sw(w)\n"
+               "    return allowed_matrix(lambda b, h, q, k: a(b, h, q, k) & c(b, h, q, k),"
+               " len(document_ids))\n")
     for body, phrase in ((library, "Right values, but document_window_allowed uses and_mods"),
-                         (fixed, "not on a second input")):
+                         (fixed, "not on a second input"),
+                         (plain, "does not use allowed_matrix, which the exercise asks for"),
+                         (renamed, "uses document_mod, sliding_window_mod")):
         ns = {"__name__": "__main__"}
         exec(common + body + "result = check_document_mod(document_window_allowed(doc, 3), doc, "  # noqa: S102
              "window=3)\n", ns)
         assert not ns["result"].ok and phrase in ns["result"].message, ns["result"].message
+
+
+def test_allowed_matrix_refuses_a_tensor_for_a_mask_mod():
+    """Issue 48: a plain tensor passed as the mask_mod, or returned by one whatever indices it is
+    asked about, is refused with a message that says what a mask_mod is."""
+    M = _window_solution(DOC, 3)
+    with pytest.raises(TypeError, match="takes a mask_mod, a function .* not a Tensor"):
+        allowed_matrix(M, DOC.numel())
+    with pytest.raises(TypeError, match="computed beforehand"):
+        allowed_matrix(lambda b, h, q, k: M, DOC.numel())
+    assert torch.equal(allowed_matrix(lambda b, h, q, k: M[q, k], DOC.numel()), M)  # a table
+
+
+def test_a_window_one_key_too_wide_is_told_apart_from_no_window():
+    """Issue 48: with a document longer than w + 1 the two differ; where they coincide (every
+    document at most w + 1 long), both are named."""
+    long_doc = torch.tensor([0, 0, 1, 1, 1, 1, 1, 2, 2])
+    wide = allowed_matrix(lambda b, h, q, k: (long_doc[q] == long_doc[k]) & (q >= k)
+                          & (q - k <= 3), 9)
+    fb = check_document_mod(wide, long_doc, window=3)
+    assert "one key too wide" in fb.message and "without the window" not in fb.message, fb.message
+    fb = check_document_mod(_mod(lambda b, h, q, k: (DOC[q] == DOC[k]) & (q >= k)
+                                 & (q - k <= 3)), DOC, window=3)
+    assert "without the window" in fb.message and "one key too wide" in fb.message, fb.message
+
+
+def test_a_wrong_mask_says_how_many_entries_differ_and_where():
+    """Issue 48: not "differs by up to 1" for a True/False mask."""
+    wrong = _window_solution(DOC, 3).clone()
+    wrong[8, 0], wrong[4, 4] = True, False
+    fb = check_document_mod(wrong, DOC, window=3)
+    assert "differs in 2 of 81 entries" in fb.message, fb.message
+    assert "True where the right answer is False at (8, 0)" in fb.message
+    assert "False where the right answer is True at (4, 4)" in fb.message
+    assert "up to" not in fb.message
+
+
+def test_tile_counts_messages_read_as_plurals_and_t_q_for_both_axes_is_named():
+    """Issue 48: "your list of tile counts is still empty"; a mask that is not square catches
+    one length used for both axes, in the lab's case and in a hidden one."""
+    causal = torch.arange(10)[:, None] >= torch.arange(10)[None, :]
+    assert "your list of tile counts is still empty" in check_tile_counts(..., causal, 4, 4).message
+    cached = torch.arange(6)[:, None] + 4 >= torch.arange(10)[None, :]  # the lab's case
+
+    def one_length(allowed, bm, bn):
+        T = allowed.shape[0]
+        counts = [0, 0, 0]
+        for a in range(0, T, bm):
+            for c in range(0, T, bn):
+                tile = allowed[a:a + bm, c:c + bn]
+                counts[0 if not tile.any() else 2 if tile.all() else 1] += 1
+        return counts
+
+    assert check_tile_counts([2, 3, 4], cached, 2, 4).ok
+    fb = check_tile_counts(one_length(cached, 2, 4), cached, 2, 4)
+    assert not fb.ok and "T_q (the number of queries), used for both axes" in fb.message
+    for order in ([4, 3, 2], [3, 2, 4], [2, 4, 3]):  # every other order is wrong
+        assert not check_tile_counts(order, cached, 2, 4).ok
+    cases = hidden_cases(GRADED["check_tile_counts"], 0)
+    assert any(c.check_args[0].shape[0] != c.check_args[0].shape[1] for c in cases)
+    assert not all(GRADED["check_tile_counts"].check(one_length(*c.call), *c.check_args).ok
+                   for c in cases)
+
+
+def test_softcap_grad_may_not_use_autograd_under_any_name():
+    """Issue 48: the forbidden names are real callables, caught however imported."""
+    common = ("import torch\nfrom attnbook.exercises.mask_functions import check_softcap_grad\n"
+              "scores3 = torch.tensor([-80.0, -5.0, 0.0, 30.0], dtype=torch.float64)\n")
+    for body in ("from torch.autograd import grad as g\n"
+                 "def softcap_grad(scores, cap):\n"
+                 "    x = scores.clone().requires_grad_()\n"
+                 "    return g((cap * torch.tanh(x / cap)).sum(), x)[0]\n",
+                 "from torch.autograd.functional import jacobian as J\n"
+                 "def softcap_grad(scores, cap):\n"
+                 "    return J(lambda x: cap * torch.tanh(x / cap), scores).diagonal()\n"):
+        ns = {"__name__": "__main__"}
+        exec(common + body + "result = check_softcap_grad(softcap_grad(scores3, 50.0), "  # noqa: S102
+             "scores3, 50.0)\n", ns)
+        assert "Right values, but softcap_grad uses" in ns["result"].message, ns["result"].message
 
 
 def test_allowed_matrix_explains_python_and():

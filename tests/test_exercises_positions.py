@@ -4,6 +4,7 @@ exercises graded as functions pass the book's solutions on every hidden input.""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,8 @@ from attnbook.exercises.positions import (
     check_to_half,
 )
 from attnbook.positions import alibi_slopes, apply_rope
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _turn(pair, angle):
@@ -264,3 +267,64 @@ def test_answers_fixed_to_the_labs_input_fail_the_second_input():
     for key in ("first", "second"):
         assert ns[key].message.startswith("Right values on the lab's input, but not on a "
                                           "second input"), ns[key].message
+    assert "Is something typed in" in ns["first"].message  # no known mistake explains it
+
+
+def test_a_named_mistake_on_the_second_input_is_not_called_typed_in():
+    """Issue 48: right at h = 6, wrong for powers of two (2^(-8/i)); at h = 2 that gives the
+    slopes in reverse order too, so both are named, and "typed in?" is not asked."""
+    ns = _run("import math\nimport torch\n"
+              "from attnbook.exercises.positions import check_alibi_slopes\n"
+              "def head_slopes(h):\n"
+              "    n = 2 ** int(math.log2(h))\n"
+              "    if n == h:\n"
+              "        return torch.tensor([2.0 ** (-8 / i) for i in range(1, h + 1)])\n"
+              "    s = [2.0 ** (-8 * i / n) for i in range(1, n + 1)]\n"
+              "    s += [2.0 ** (-8 * i / (2 * n)) for i in range(1, 2 * (h - n), 2)]\n"
+              "    return torch.tensor(s, dtype=torch.float64)\n"
+              "first = check_alibi_slopes(head_slopes(6), 6)\n")
+    message = ns["first"].message
+    assert message.startswith("Right values on the lab's input, but not on a second input "
+                              "(h = 2)"), message
+    assert "2^(-8/i)" in message and "reverse order" in message, message
+    assert "typed in" not in message
+
+
+def test_apply_rope_under_another_name_is_refused():
+    """Issue 48: the method limit holds however the function is imported."""
+    for imports, call in (("from attnbook.positions import apply_rope as turn", "turn"),
+                          ("import attnbook.positions as P", "P.apply_rope"),
+                          ("from attnbook import apply_rope\nturn = apply_rope", "turn")):
+        ns = _run("import torch\n" + imports + "\n"
+                  "from attnbook.exercises.positions import check_rotate_pair\n"
+                  "def rotate_pair(pair, m, theta):\n"
+                  "    x = torch.zeros(1, 4, dtype=pair.dtype)\n"
+                  "    x[0, 2:] = pair                     # pair 1 of a head of width 4\n"
+                  f"    return {call}(x, torch.tensor([m]), base=theta ** -2.0,"
+                  " layout='interleaved')[0, 2:]\n"
+                  "pair = torch.tensor([1.0, 0.5], dtype=torch.float64)\n"
+                  "first = check_rotate_pair(rotate_pair(pair, 3, 10000.0 ** -0.25), pair, 3, "
+                  "10000.0 ** -0.25)\n")
+        assert ns["first"].message.startswith("Right values, but rotate_pair uses apply_rope"), (
+            imports, ns["first"].message)
+
+
+def test_the_method_limits_name_real_callables():
+    """Issue 48: every listed name is something a student could call (the library, torch or
+    the lab's own cells); private helpers are caught but not listed."""
+    import importlib
+    import json
+
+    from attnbook.exercises import mask_functions, positions
+
+    where = [importlib.import_module(m) for m in (
+        "attnbook", "attnbook.positions", "attnbook.masks", "attnbook.lab.position_lab",
+        "torch", "torch.autograd", "torch.autograd.functional", "torch.func",
+        "torch.nn.attention.flex_attention")]
+    labs = "".join(json.dumps(json.load(open(ROOT / "notebooks" / n)))
+                   for n in ("20_positions.ipynb", "21_mask_functions.ipynb"))
+    for spec in [*positions.GRADED.values(), *mask_functions.GRADED.values()]:
+        for name in spec.forbidden:
+            real = any(callable(getattr(m, name, None)) for m in where) or \
+                name == "backward" or f"def {name}(" in labs
+            assert real, (spec.function, name)

@@ -79,7 +79,11 @@ def _names(function, env, depth=0):
         code = codes.pop()
         found.update(code.co_names)
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-    for helper in [env.get(n) for n in list(found)]:
+    held = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {{}}).values()]
+    for helper in [env.get(n) for n in list(found)] + held:
+        own = getattr(helper, "__name__", None) if callable(helper) else None
+        if isinstance(own, str):  # imported under another name: its own name counts too
+            found.add(own)
         if isinstance(helper, types.FunctionType) and helper is not function and depth < 3:
             found |= _names(helper, env, depth + 1)
     return found

@@ -37,9 +37,12 @@ def method_limits(exercises: list[Exercise]) -> str:
     lines = []
     for ex in exercises:
         spec = graded_spec(ex) if ex.function else None
-        if spec is not None and spec.forbidden:
-            names = ", ".join(f"`{n}`" for n in spec.forbidden)
-            lines.append(f"- `{ex.function}` may not use {names}.")
+        public = [n for n in (spec.forbidden if spec is not None else ()) if not n.startswith("_")]
+        if public:  # a private helper behind them is caught too, not listed
+            names = ", ".join(f"`{n}`" for n in public)
+            lines.append(f"- `{ex.function}` may not use {names}, under any name.")
+        for n in getattr(spec, "required", ()) or ():
+            lines.append(f"- `{ex.function}` must use `{n}`, as the exercise says.")
     if not lines:
         return ""
     return ("\n\n**Method limits.** An exercise that asks you to compute something yourself "
@@ -160,6 +163,8 @@ def edition_id(nb, exercises: list[Exercise]) -> str:
         if spec is not None:
             parts += [code_hash(spec.cases), repr(tuple(spec.forbidden)),
                       inspect.getsource(spec.cases)]
+            if getattr(spec, "required", ()):
+                parts.append(repr(tuple(spec.required)))
         digest.update(repr(parts).encode())
     return digest.hexdigest()[:12]
 

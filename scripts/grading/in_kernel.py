@@ -54,10 +54,20 @@ def _attnbook_capture(params):
             code = codes.pop()
             found.update(code.co_names)
             codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        for name in list(found):  # follow the notebook's own helper functions
-            helper = ns.get(name)
-            if isinstance(helper, types.FunctionType) and helper.__module__ == "__main__":
-                found |= names_used(helper, depth + 1, seen)
+        held = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values()]
+        for cell in function.__closure__ or ():
+            try:
+                held.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                pass
+        # Follow the notebook's own helper functions; a name imported under another one
+        # (``import apply_rope as ar``), or held as a default, counts under its own name too.
+        for value in [ns.get(name) for name in list(found)] + held:
+            own = getattr(value, "__name__", None) if callable(value) else None
+            if isinstance(own, str):
+                found.add(own)
+            if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+                found |= names_used(value, depth + 1, seen)
         return found
 
     out = {"answer": safe(ns.get(params["variable"], None)) if params["variable"] in ns

@@ -17,10 +17,16 @@ import torch
 
 @dataclass
 class Feedback:
-    """The verdict on one answer: ``ok`` and a message for the learner."""
+    """The verdict on one answer: ``ok`` and a message for the learner.
+
+    ``generic`` is True when a wrong answer matched no known mistake (the message only says
+    how it differs): then, and only then, may a wrong answer on a second input be something
+    typed in or fixed to the lab's input.
+    """
 
     ok: bool
     message: str
+    generic: bool = False
 
     def __repr__(self) -> str:
         return self.message
@@ -61,14 +67,21 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
     expected = expected.detach().cpu()
     if same_values(answer, expected, atol, rtol):
         return Feedback(True, f"Correct: {name} matches.")
-    for mistake, wrong in (mistakes or {}).items():
-        if same_values(answer, wrong.detach().cpu(), atol, rtol):
-            return Feedback(False, f"Not yet: {name} looks like {mistake}.")
+    matched = [mistake for mistake, wrong in (mistakes or {}).items()
+               if same_values(answer, wrong.detach().cpu(), atol, rtol)]
+    if len(matched) == 1:
+        return Feedback(False, f"Not yet: {name} looks like {matched[0]}.")
+    if matched:  # on this input several mistakes give the same answer: name each
+        return Feedback(False, f"Not yet: {name} looks like {matched[0]}. (On this input the "
+                               "same answer also comes from " + "; and from ".join(matched[1:])
+                               + ".)")
     if answer.shape != expected.shape:
         return Feedback(False, f"Not yet: {name} has shape {tuple(answer.shape)}, "
-                               f"expected {tuple(expected.shape)}.")
+                               f"expected {tuple(expected.shape)}.", generic=True)
     if torch.isnan(answer).any() and not torch.isnan(expected).any():
-        return Feedback(False, f"Not yet: {name} contains NaN.")
+        return Feedback(False, f"Not yet: {name} contains NaN.", generic=True)
+    if expected.dtype == torch.bool:  # a mask: how many entries differ, and where
+        return Feedback(False, _bool_difference(answer, expected, name), generic=True)
     # Compare where the infinities are before the values: a right answer may hold -inf too.
     for sign, inf in (("-inf", float("-inf")), ("inf", float("inf"))):
         extra = ((answer == inf) & (expected != inf)).sum().item()
@@ -77,21 +90,45 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
         if extra and lacking:
             return Feedback(False, f"Not yet: {name} has {sign} in {extra} {entries(extra)} "
                                    f"where the right answer does not, and lacks it in {lacking} "
-                                   f"{entries(lacking)} where it should have it.")
+                                   f"{entries(lacking)} where it should have it.", generic=True)
         if extra:
             return Feedback(False, f"Not yet: {name} has {sign} in {extra} {entries(extra)} "
                                    f"where the right answer does not (an overflow, or too "
-                                   f"much masked?).")
+                                   f"much masked?).", generic=True)
         if lacking:
             return Feedback(False, f"Not yet: {name} lacks {sign} in {lacking} "
                                    f"{entries(lacking)} where the right answer has it "
                                    f"(something left unmasked, or masked with a finite "
-                                   f"number?).")
+                                   f"number?).", generic=True)
     finite = torch.isfinite(expected)
     if not finite.all():  # the infinities agree: compare the finite entries
         answer, expected = answer[finite], expected[finite]
     err = (answer.double() - expected.double()).nan_to_num(nan=float("inf")).abs().max().item()
-    return Feedback(False, f"Not yet: {name} has the right shape but differs by up to {err:.3g}.")
+    return Feedback(False, f"Not yet: {name} has the right shape but differs by up to {err:.3g}.",
+                    generic=True)
+
+
+def _bool_difference(answer: torch.Tensor, expected: torch.Tensor, name: str) -> str:
+    """How a True/False answer differs from the right one: how many entries, and the first few
+    of each kind by index (a difference "by up to 1" says nothing about a mask)."""
+    given = answer.bool() if answer.dtype == torch.bool or not answer.is_floating_point() \
+        else answer != 0
+    wrong = given != expected
+    n, total = int(wrong.sum()), expected.numel()
+
+    def where(kind: torch.Tensor) -> str:
+        idx = [tuple(i) if len(i) > 1 else i[0] for i in kind.nonzero().tolist()]
+        shown = ", ".join(str(i) for i in idx[:4])
+        return shown + (", ..." if len(idx) > 4 else "")
+
+    extra, missing = wrong & given, wrong & ~given
+    parts = []
+    if extra.any():
+        parts.append(f"True where the right answer is False at {where(extra)}")
+    if missing.any():
+        parts.append(f"False where the right answer is True at {where(missing)}")
+    return (f"Not yet: {name} has the right shape but differs in {n} of {total} entries: "
+            + "; ".join(parts) + ".")
 
 
 def check_number(answer, right: float, mistakes: Mapping[str, float] | None = None,
@@ -135,13 +172,19 @@ class FunctionExercise:
             number the notebook does not contain, and works in float64 unless a case says
             otherwise (float32 where the exercise is about float32).
         forbidden: names the function may not use, the prompt's method limits (e.g. ``softmax``);
-            matched against the names its code refers to, helpers it calls included.
+            matched against the names its code refers to, helpers it calls included, and the
+            own names of what those refer to (a function imported under another name). A name
+            with a leading underscore (a library's private helper) is caught, not listed.
+        required: names the function must use, where the exercise asks for a way of computing
+            the answer that its value alone cannot show (a mask_mod given to
+            ``allowed_matrix``).
     """
 
     function: str
     check: Callable[..., Feedback]
     cases: Callable[[torch.Generator], list[HiddenCase]]
     forbidden: tuple[str, ...] = field(default=())
+    required: tuple[str, ...] = field(default=())
 
 
 def hidden_cases(spec: FunctionExercise, seed: int) -> list[HiddenCase]:
@@ -255,11 +298,31 @@ def names_used(function, namespace: Mapping, depth: int = 0, seen: set | None = 
         found.update(code.co_names)
         codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
     home = namespace.get("__name__", "__main__")
+    # The objects it holds as defaults or closes over count as names too.
+    held = [*(function.__defaults__ or ()), *(function.__kwdefaults__ or {}).values(),
+            *(c.cell_contents for c in (function.__closure__ or ())
+              if _filled(c))]
     for name in list(found):
         helper = namespace.get(name)
         if isinstance(helper, types.FunctionType) and helper.__module__ == home:
             found |= names_used(helper, namespace, depth + 1, seen)
+    # A name imported under another one (``from attnbook.positions import apply_rope as ar``)
+    # counts under its own name as well.
+    for value in [namespace.get(name) for name in list(found)] + held:
+        own = getattr(value, "__name__", None) if callable(value) else None
+        if isinstance(own, str):
+            found.add(own)
+        if isinstance(value, types.FunctionType) and value.__module__ == home:
+            found |= names_used(value, namespace, depth + 1, seen)
     return found
+
+
+def _filled(cell) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # an empty closure cell
+        return False
+    return True
 
 
 def _on(value, device):
@@ -316,11 +379,17 @@ def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapp
                                "here: graded, the exercise calls it on other inputs, so without "
                                f"it the exercise scores 0. Keep `def {spec.function}(...)` and "
                                "compute the answer by calling it.")
-    used = sorted(names_used(fn, namespace) & set(spec.forbidden))
+    names = names_used(fn, namespace)
+    used = sorted(names & set(spec.forbidden))
     if used:
         return Feedback(False, f"Right values, but {spec.function} uses {', '.join(used)}, "
                                "which the exercise rules out: graded, it scores 0. Write it "
                                "from the operations the exercise names.")
+    missing = [n for n in spec.required if n not in names]
+    if missing:
+        return Feedback(False, f"Right values, but {spec.function} does not use "
+                               f"{', '.join(missing)}, which the exercise asks for: graded, it "
+                               "scores 0. Compute the answer the way the exercise says.")
     for case in hidden_cases(spec, PRACTICE_SEED):
         call = case.call if device is None or device.type == "cpu" else _on(case.call, device)
         try:
@@ -330,10 +399,12 @@ def practice_verdict(spec: FunctionExercise, feedback: Feedback, namespace: Mapp
         else:
             second = spec.check(result, *case.check_args)
         if not second.ok:
+            # "Typed in?" only when no known mistake or error explains the miss.
+            guess = (" Is something typed in or fixed to the lab's input?"
+                     if second.generic else "")
             return Feedback(False, f"Right values on the lab's input, but not on a second "
                                    f"input ({case.label}): "
-                                   f"{second.message.removeprefix('Not yet: ')} Is something "
-                                   f"typed in or fixed to the lab's input? Graded, "
+                                   f"{second.message.removeprefix('Not yet: ')}{guess} Graded, "
                                    f"{spec.function} is called on inputs like this one.")
     return feedback
 

@@ -27,26 +27,44 @@ def allowed_matrix(mask_mod: Callable, T: int) -> torch.Tensor:
         ``...`` (so that the check can say the exercise is not done).
 
     Raises:
-        TypeError: if the mask_mod uses Python's ``and``/``or``/``if`` on tensors, or returns
-            something that is not a (broadcastable) tensor.
+        TypeError: if ``mask_mod`` is not a function (a tensor already materialised, say), uses
+            Python's ``and``/``or``/``if`` on tensors, returns something that is not a
+            (broadcastable) tensor, or returns the same values whatever indices it is given
+            (a matrix computed beforehand, not a function of ``q_idx`` and ``kv_idx``).
     """
+    if not callable(mask_mod):
+        raise TypeError(f"allowed_matrix takes a mask_mod, a function (b, h, q_idx, kv_idx) -> "
+                        f"bool, not a {type(mask_mod).__name__}: write `def mod(b, h, q_idx, "
+                        "kv_idx): return ...` and pass mod")
     b = torch.zeros((), dtype=torch.long)
     h = torch.zeros((), dtype=torch.long)
-    q_idx = torch.arange(T)[:, None]  # (T, 1): one query per row
-    kv_idx = torch.arange(T)[None, :]  # (1, T): one key per column
-    try:
-        out = mask_mod(b, h, q_idx, kv_idx)
-    except RuntimeError as err:
-        if "ambiguous" in str(err):
-            raise TypeError("your mask_mod used Python's and / or / not / if on tensors; a "
-                            "mask_mod is called with whole tensors of indices at once, so "
-                            "combine conditions with & | ~ instead") from err
-        raise
+
+    def call(q_idx, kv_idx):
+        try:
+            return mask_mod(b, h, q_idx, kv_idx)
+        except RuntimeError as err:
+            if "ambiguous" in str(err):
+                raise TypeError("your mask_mod used Python's and / or / not / if on tensors; a "
+                                "mask_mod is called with whole tensors of indices at once, so "
+                                "combine conditions with & | ~ instead") from err
+            raise
+
+    out = call(torch.arange(T)[:, None], torch.arange(T)[None, :])  # (T, 1) queries x (1, T) keys
     if out is Ellipsis or out is None:
         return Ellipsis
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"a mask_mod must return a bool tensor, got {type(out).__name__}")
-    return out.broadcast_to(T, T).clone()
+    grid = out.broadcast_to(T, T).clone()
+    # A mask_mod answers for the indices it is given: asked about the pairs in reverse order
+    # (as a kernel asks, one tile at a time), it must give the grid's entries in that order.
+    q_r, kv_r = torch.arange(T - 1, -1, -1)[:, None], torch.arange(T - 1, -1, -1)[None, :]
+    flipped = call(q_r, kv_r)
+    if not isinstance(flipped, torch.Tensor) or not torch.equal(
+            flipped.broadcast_to(T, T), grid.flip(0, 1)):
+        raise TypeError("your mask_mod gives the same matrix whatever q_idx and kv_idx it is "
+                        "asked about: it returns a mask computed beforehand. Compute it from "
+                        "q_idx and kv_idx inside mod, so it answers for any pair it is given")
+    return grid
 
 
 def check_document_mod(answer, document_ids: torch.Tensor, window: int | None = None
@@ -99,11 +117,13 @@ def check_document_mod(answer, document_ids: torch.Tensor, window: int | None = 
     return feedback
 
 
-def _tile_counts(allowed: torch.Tensor, block_m: int, block_n: int, ragged: bool = True
-                 ) -> torch.Tensor:
+def _tile_counts(allowed: torch.Tensor, block_m: int, block_n: int, ragged: bool = True,
+                 lengths: tuple[int, int] | None = None) -> torch.Tensor:
     """[empty, partial, full] tiles of ``allowed`` (T_q, T_k); a last tile that runs past the
-    end is judged on the entries that exist (``ragged=False``: dropped, the floor mistake)."""
-    T_q, T_k = allowed.shape
+    end is judged on the entries that exist (``ragged=False``: dropped, the floor mistake;
+    ``lengths``: the tiles laid over other lengths than the mask's, a slice past its end
+    counting as an empty tile)."""
+    T_q, T_k = lengths or allowed.shape
     n_m = -(-T_q // block_m) if ragged else T_q // block_m
     n_n = -(-T_k // block_n) if ragged else T_k // block_n
     counts = [0, 0, 0]
@@ -129,6 +149,10 @@ def check_tile_counts(answer, allowed: torch.Tensor, block_m: int, block_n: int)
     empty, partial, full = right.tolist()
     swapped = _tile_counts(allowed, block_n, block_m)
     T_q, T_k = allowed.shape
+    one_axis = {}  # one length for both axes: the key tiles counted over T_q (or the reverse)
+    if T_q != T_k:
+        for n, axis in ((T_q, "T_q (the number of queries)"), (T_k, "T_k (the number of keys)")):
+            one_axis[axis] = _tile_counts(allowed, block_m, block_n, lengths=(n, n))
     total = right.sum()
     mistakes = {
         "the counts of blocked (empty), mixed and allowed entries, not of tiles: count whole "
@@ -147,13 +171,18 @@ def check_tile_counts(answer, allowed: torch.Tensor, block_m: int, block_n: int)
     if not torch.equal(swapped, right):
         mistakes["b_m and b_n swapped: b_m cuts the queries (rows), b_n the keys (columns)"] = \
             swapped
+    for axis, counts in one_axis.items():
+        if not torch.equal(counts, right):
+            mistakes[f"one length, {axis}, used for both axes: the mask is T_q x T_k, not "
+                     "square; the query tiles follow allowed.shape[0], the key tiles "
+                     "allowed.shape[1]"] = counts
     a = _as_counts(answer)
     if isinstance(a, torch.Tensor) and a.numel() == 3 and not torch.equal(a, right) \
             and a.sum() != total and a.sum() != (T_q // block_m) * (T_k // block_n):
         mistakes.setdefault(
             f"counts that do not add up to the {int(total)} tiles of the grid "
             f"(ceil(T_q / b_m) x ceil(T_k / b_n))", a)
-    return check_tensor(_as_counts(answer), right, mistakes, name="your tile counts",
+    return check_tensor(_as_counts(answer), right, mistakes, name="your list of tile counts",
                         atol=0, rtol=0)
 
 
@@ -197,18 +226,24 @@ def _documents(g: torch.Generator, T: int) -> torch.Tensor:
 
 def _tile_cases(g: torch.Generator) -> list[HiddenCase]:
     cases = []
-    for T, bm, bn, kind in ((16, 4, 4, "causal"), (13, 4, 3, "document"), (20, 8, 4, "window"),
-                            (9, 2, 5, "document")):
-        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    # Square masks, and two that are not (new queries after cached keys; more queries than
+    # keys), so that one length used for both axes is caught.
+    for T_q, T_k, bm, bn, kind in ((16, 16, 4, 4, "causal"), (13, 13, 4, 3, "document"),
+                                   (20, 20, 8, 4, "window"), (9, 9, 2, 5, "document"),
+                                   (5, 14, 2, 4, "cache"), (11, 6, 3, 2, "window")):
+        i, j = torch.arange(T_q)[:, None], torch.arange(T_k)[None, :]
         if kind == "causal":
             allowed = i >= j
+        elif kind == "cache":  # query i sits at position T_k - T_q + i
+            allowed = j <= i + (T_k - T_q)
         elif kind == "window":
             allowed = (i >= j) & (i - j < int(torch.randint(2, 7, (), generator=g)))
         else:
-            doc = _documents(g, T)
+            doc = _documents(g, T_q)
             allowed = (doc[:, None] == doc[None, :]) & (i >= j)
+        size = f"{T_q} tokens" if T_q == T_k else f"{T_q} queries x {T_k} keys"
         cases.append(HiddenCase((allowed.clone(), bm, bn), (allowed, bm, bn),
-                                f"a {kind} mask of {T} tokens, tiles of {bm} x {bn}"))
+                                f"a {kind} mask of {size}, tiles of {bm} x {bn}"))
     return cases
 
 
@@ -225,11 +260,14 @@ def _document_cases(g: torch.Generator) -> list[HiddenCase]:
     # One token; one document (the plain window); documents shorter than the window (the plain
     # document mask); a window of 1 (only the diagonal); ids that are not sorted (a row packed
     # in any order: the test is equality, so it still holds).
+    # A document longer than w + 1 (so a window one key too wide differs from no window).
     for T, w, kind in ((1, 2, "sorted"), (8, 3, "one"), (12, 6, "sorted"), (10, 1, "sorted"),
-                       (15, 4, "sorted"), (9, 3, "shuffled")):
+                       (15, 4, "sorted"), (9, 3, "shuffled"), (12, 3, "long")):
         doc = (torch.zeros(T, dtype=torch.long) if kind == "one" else _documents(g, T))
         if kind == "shuffled":
             doc = torch.tensor([2, 2, 0, 0, 0, 1, 2, 2, 1])
+        if kind == "long":
+            doc = torch.tensor([0, 0, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2])
         cases.append(HiddenCase((doc.clone(), w), (doc, w),
                                 f"document ids {doc.tolist()}, w = {w}"))
     return cases
@@ -237,14 +275,21 @@ def _document_cases(g: torch.Generator) -> list[HiddenCase]:
 
 GRADED = {
     # The library's document and window mask_mods, combined, would be the answer.
+    # It must build the mask with a mask_mod given to allowed_matrix (the exercise's point).
     "check_document_mod": FunctionExercise("document_window_allowed", check_document_mod,
                                            _document_cases,
                                            forbidden=("document_mod", "sliding_window_mod",
-                                                      "and_mods", "sink_mod", "materialize")),
+                                                      "and_mods", "sink_mod", "materialize",
+                                                      "causal_mask_rect"),
+                                           required=("allowed_matrix",)),
     "check_tile_counts": FunctionExercise("tile_counts", check_tile_counts, _tile_cases,
-                                          forbidden=("block_mask", "create_block_mask")),
+                                          forbidden=("block_mask", "create_block_mask",
+                                                     "_row_kinds")),
+    # Autograd in any form: Tensor.backward, torch.autograd.grad (or torch.func.grad), the
+    # Jacobian functions.
     "check_softcap_grad": FunctionExercise("softcap_grad", check_softcap_grad, _softcap_cases,
-                                           forbidden=("backward", "grad")),
+                                           forbidden=("backward", "grad", "jacobian", "jacrev",
+                                                      "vjp")),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
 

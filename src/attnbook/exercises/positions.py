@@ -241,10 +241,13 @@ def _slope_cases(g: torch.Generator) -> list[HiddenCase]:
     return [HiddenCase((h,), (h,), f"h = {h}") for h in (1, 2, 3, 5, 8, 12, 16, 24)]
 
 
+# The library's (and the lab's) callables that would do an exercise's work. Each is matched by
+# the name the code uses and by the function's own name, so an import under another name is
+# caught; names with a leading underscore are private helpers, caught but not listed.
 GRADED = {
     "check_rotate_pair": FunctionExercise("rotate_pair", check_rotate_pair, _rotate_cases,
-                                          forbidden=("apply_rope", "rotate_half",
-                                                     "rope_frequencies")),
+                                          forbidden=("apply_rope", "rope_v1",
+                                                     "_turn")),
     "check_relative_scores": FunctionExercise("rope_scores", check_relative_scores,
                                               _relative_cases,
                                               forbidden=("score_by_distance", "draw_rope_view")),
@@ -252,6 +255,7 @@ GRADED = {
                                       forbidden=("layout_permutation",)),
     "check_alibi_slopes": FunctionExercise("head_slopes", check_alibi_slopes, _slope_cases,
                                            forbidden=("alibi_slopes", "alibi_bias",
+                                                      "alibi_bias_from_positions",
                                                       "alibi_score_mod", "_slopes")),
 }
 """Check name -> the exercise as a function, graded on hidden inputs."""
