@@ -464,3 +464,28 @@ def test_converter_draws_nothing_and_keeps_the_layer_dtype():
     m = from_transformers(model.layers[0].self_attn, config)
     assert torch.equal(torch.rand(2), before)
     assert m.query.weight.dtype == torch.float32 and m.mask.numel() == 0
+
+
+def test_tiny_model_takes_the_options_and_its_cache_equals_the_full_forward():
+    from attnbook import TinyConfig, TinyModel
+    torch.manual_seed(0)
+    plain = TinyModel(TinyConfig(vocab_size=11, context_length=12, position="rope"))
+    torch.manual_seed(0)
+    same = TinyModel(TinyConfig(vocab_size=11, context_length=12, position="rope", attention={}))
+    assert all(torch.equal(a, b) for a, b in zip(plain.state_dict().values(),
+                                                 same.state_dict().values()))
+    cfg = TinyConfig(vocab_size=11, context_length=12, position="rope", d_model=16, n_heads=4,
+                     n_kv_heads=2, attention=dict(bias=True, head_dim=6, scale=0.3, sinks=True,
+                                                  score_mod=softcap_mod(5.0), window=4,
+                                                  qk_norm=1e-6, causal_buffer=False))
+    model = TinyModel(cfg).to(F64).eval()
+    idx = ids_for(2, 12)
+    with torch.no_grad():
+        full = model(idx)
+        caches = model.new_caches(2)
+        assert caches[0].window == 4  # the module's window sizes the ring
+        steps = [model.step(idx[:, :5], caches)]
+        steps += [model.step(idx[:, t:t + 1], caches) for t in range(5, 12)]
+    assert diff(torch.cat(steps, 1), full) < TOL
+    with pytest.raises(ValueError, match="unknown"):
+        TinyConfig(vocab_size=11, context_length=12, attention={"q_bias": True})

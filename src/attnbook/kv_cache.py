@@ -180,8 +180,9 @@ class KVCache:
         check_supported(attn)
         attn = AttentionLayer.of(attn)  # the core module of chapters 0-8: one head of width d
         w = attn.key.weight
-        if window is None:  # a module with a sliding window keeps only that many tokens
-            window = getattr(attn, "window", None)
+        own = getattr(attn, "window", None)  # a module's sliding window: keep that many tokens
+        if window is None and own is not None and own <= attn.context_length:
+            window = own
         return cls.empty(batch, attn.context_length, attn.d_head, attn.n_kv_heads,
                          device=w.device, dtype=w.dtype, window=window)
 

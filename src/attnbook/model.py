@@ -28,6 +28,11 @@ from .positions import (
 )
 
 
+ATTENTION_OPTIONS = ("bias", "head_dim", "scale", "score_mod", "window", "qk_norm", "sinks",
+                     "causal_buffer")
+"""The keywords :attr:`TinyConfig.attention` may hand to every layer's attention."""
+
+
 @dataclass
 class TinyConfig:
     """Sizes and switches of :class:`TinyModel`.
@@ -62,6 +67,10 @@ class TinyConfig:
         fused: run attention on the fused path (chapter 11) unless weights are asked for.
         n_kv_heads: key/value heads per layer (grouped-query attention, chapter 13); None
             means one per query head.
+        attention: more keywords for every layer's :class:`attnbook.MultiHeadAttention`, the
+            options of current models (:data:`ATTENTION_OPTIONS`: ``bias``, ``head_dim``,
+            ``scale``, ``score_mod``, ``window``, ``qk_norm``, ``sinks``, ``causal_buffer``);
+            None (the default) adds none, so the model and its initialisation are as before.
     """
 
     vocab_size: int
@@ -78,8 +87,15 @@ class TinyConfig:
     rope_scaling: tuple | dict | None = None
     alibi_slopes: tuple | None = None
     rotary_dim: int | None = None
+    attention: dict | None = None
 
     def __post_init__(self) -> None:
+        if self.attention is not None:
+            unknown = sorted(set(self.attention) - set(ATTENTION_OPTIONS))
+            if not isinstance(self.attention, dict) or unknown:
+                raise ValueError(f"attention takes a dict of {ATTENTION_OPTIONS}, got "
+                                 f"{self.attention!r}" + (f" (unknown {unknown})" if unknown
+                                                          else ""))
         if self.positions is not None:  # the old flag: map it to the scheme it meant
             if not isinstance(self.positions, bool):
                 raise ValueError(f"positions (deprecated; use position=) must be True or "
@@ -128,7 +144,8 @@ class Block(nn.Module):
                                        position=inside, rope_base=config.rope_base,
                                        rope_scaling=config.rope_scaling,
                                        alibi_slopes=config.alibi_slopes,
-                                       rotary_dim=config.rotary_dim)
+                                       rotary_dim=config.rotary_dim,
+                                       **(config.attention or {}))
         self.mlp = None
         if config.mlp:
             self.norm2 = nn.LayerNorm(d)
