@@ -274,3 +274,37 @@ def test_graded_functions_pass_their_hidden_cases_and_wrong_ones_fail(seed):
         assert not all(spec.check(wrong[name](*c.call), *c.check_args).ok for c in cases)
     assert [c.check_args[0].tolist() for c in hidden_cases(GRADED["check_tile_counts"], 3)] == \
         [c.check_args[0].tolist() for c in hidden_cases(GRADED["check_tile_counts"], 3)]
+
+
+def test_the_grader_applies_the_same_required_name_and_names_each_mistake():
+    """Issue 48, as the grader judges a hand-in (scripts/grading/judge.py): a function that does
+    not use allowed_matrix is not graded; a named mistake on every hidden input is not called
+    hard-coded."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+    from grading import judge, labs
+
+    spec = GRADED["check_document_mod"]
+    ex = labs.Exercise("document_mod", "check_document_mod", "attnbook.exercises.mask_functions",
+                       "check_document_mod(answer, doc, window=3)", 0, "answer", [],
+                       function="document_window_allowed")
+    cases = hidden_cases(spec, 5)
+    v = judge.Verdict("document_mod", 0.0, 1.0, "")
+    judge._judge_function(v, ex, spec, {"function": {"defined": True, "names": ["torch"]}},
+                          cases, {}, {})
+    assert "does not use allowed_matrix" in v.message and "method" in v.flags, v.message
+    # Right on the lab's input, the blocked set (a named mistake) on every hidden one: before,
+    # the grader added "is the answer hard-coded?".
+    results = [{"kind": "tensor", "value": ~_window_solution(*c.call)} for c in cases]
+    v = judge.Verdict("document_mod", 0.0, 1.0, "")
+    visible = _window_solution(DOC, 3)
+    judge._judge_function(v, ex, spec, {"function": {"defined": True, "results": results,
+                                                     "names": ["allowed_matrix"]},
+                                        "answer": {"kind": "tensor", "value": visible},
+                                        "args": [{"kind": "tensor", "value": DOC}],
+                                        "kwargs": {"window": {"kind": "plain", "value": 3}}},
+                          cases, {}, {})
+    assert v.message.startswith(f"Right on 0 of {len(cases)} hidden inputs"), v.message
+    assert "blocked set" in v.message and "hard-coded" not in v.message, v.message
