@@ -216,6 +216,10 @@ def run_cases(name):
         # 1. causal prefill
         model(ids_for(2, 9), use_cache=False)
         worst["prefill"] = max(diff(m(x), y) for m, ((x, y),) in zip(mods, cap.calls.values()))
+        for m, ((x, y),) in zip(mods, cap.calls.values()):  # the fused path, where it exists
+            m.fused = True
+            worst["prefill"] = max(worst["prefill"], diff(m(x), y))
+            m.fused = False
         # 2. a left-padded batch (real rows compared; transformers' padded queries see nothing)
         for c in cap.calls.values():
             c.clear()
@@ -223,6 +227,10 @@ def run_cases(name):
               use_cache=False)
         worst["left padding"] = max(diff(m(x, PAD), y, PAD)
                                     for m, ((x, y),) in zip(mods, cap.calls.values()))
+        for m, ((x, y),) in zip(mods, cap.calls.values()):
+            m.fused = True
+            worst["left padding"] = max(worst["left padding"], diff(m(x, PAD), y, PAD))
+            m.fused = False
         # 3. decoding token by token after a left-padded prompt of 5 (3 real in row 1)
         for c in cap.calls.values():
             c.clear()
@@ -489,3 +497,16 @@ def test_tiny_model_takes_the_options_and_its_cache_equals_the_full_forward():
     assert diff(torch.cat(steps, 1), full) < TOL
     with pytest.raises(ValueError, match="unknown"):
         TinyConfig(vocab_size=11, context_length=12, attention={"q_bias": True})
+
+
+def test_window_and_scale_keep_the_fused_path():
+    """With fused=True a window or a scale still runs SDPA (no (T, T) weights are formed);
+    a score_mod or sinks take the explicit steps."""
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 2, 4, 6, 8)
+    for options, fused_path in ((dict(window=3), True), (dict(scale=0.2), True),
+                                (dict(score_mod=softcap_mod(2.0)), False),
+                                (dict(sinks=True), False)):
+        m = MultiHeadAttention(32, 8, 4, fused=True, **options)
+        _, weights = m.attend(q, k, v)
+        assert (weights is None) == fused_path, options

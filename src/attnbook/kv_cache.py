@@ -457,7 +457,8 @@ def options_step(attn: MultiHeadAttention, x_new: torch.Tensor, cache: KVCache,
     if cache.window is not None:  # the ring's own band
         allowed = allowed & (q_idx[:, None] - kv_idx < cache.window)
     bias = attn.alibi(pos_new, key_pos, q) if attn.position == "alibi" else None
-    heads, _ = attn.attend_keys(q, k, v, allowed, q_idx, kv_idx, bias=bias, fused=attn.fused)
+    heads, _ = attn.attend_keys(q, k, v, allowed, q_idx, kv_idx, bias=bias, fused=attn.fused,
+                                no_empty_rows=padding_mask is None)  # each sees its own key
     if cache.window is not None:
         cache.append(k_new, v_new, padding_mask, pos_new, ids_given=given)
     return attn.merge(heads)  # (B, t, d)

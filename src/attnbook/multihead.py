@@ -54,6 +54,23 @@ class MultiHeadAttention(AttentionLayer):
         rotary_dim: partial rotary, as in :class:`attnbook.Attention`: RoPE turns the first
             ``rotary_dim`` features of every head (even, <= d_head); None: all of them.
 
+    The options of current models (:func:`attnbook.convert.from_transformers` sets them from a
+    transformers layer; each is off by default, and then nothing is drawn or stored anew):
+
+        bias: True (all four projections), False, or some of ``("query", "key", "value",
+            "out")`` (Qwen2: the first three).
+        head_dim: the head width, independent of d_model / n_heads (Gemma: 8 x 256 in 2304).
+        scale: multiplies q k^T instead of 1 / sqrt(d_head) (Gemma 2: query_pre_attn_scalar).
+        score_mod: ``score_mod(score, b, h, q_idx, kv_idx)`` on the scaled scores, in forward
+            and in the KV cache (Gemma 2's softcapping: :func:`attnbook.masks.softcap_mod`).
+        window: a query sees the last ``window`` tokens (itself included), in forward and in
+            the KV cache (Mistral; Gemma 2's sliding layers); fused with SDPA when asked.
+        qk_norm: RMSNorm's eps: each head's q and k are normalised (``q_norm``, ``k_norm``,
+            weights of width d_head) before RoPE (Qwen3, Gemma 3).
+        sinks: one learned logit per head in the softmax's denominator (gpt-oss).
+        causal_buffer: False keeps no (context_length, context_length) ``mask`` in the
+            state_dict; the causal rule is computed from token indices.
+
     Mask conventions: those of :class:`attnbook.Attention` (``mask`` True = blocked,
     ``padding_mask`` True = real token).
 
@@ -256,7 +273,8 @@ class MultiHeadAttention(AttentionLayer):
             check_not_lost_to_causal(mask_mod, may, ~self.visible(idx, idx), "MultiHeadAttention")
             allowed = allowed & may
         fused = self.fused if fused is None else fused
-        return self.attend_keys(q, k, v, allowed, idx, idx, bias=bias, fused=fused)
+        return self.attend_keys(q, k, v, allowed, idx, idx, bias=bias, fused=fused,
+                                no_empty_rows=padding_mask is None and mask_mod is None)
 
     def visible(self, q_idx: torch.Tensor, kv_idx: torch.Tensor) -> torch.Tensor:
         """True where query token q_idx may see key token kv_idx: at or before it, and with a
@@ -275,7 +293,8 @@ class MultiHeadAttention(AttentionLayer):
 
     def attend_keys(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     allowed: torch.Tensor, q_idx: torch.Tensor, kv_idx: torch.Tensor, *,
-                    bias: torch.Tensor | None = None, fused: bool = False):
+                    bias: torch.Tensor | None = None, fused: bool = False,
+                    no_empty_rows: bool = False):
         """Steps 2 to 6 with the options of current models, for any queries and keys.
 
         scores = q k^T * scale (default 1 / sqrt(d_h)), + bias (ALiBi), then ``score_mod(score,
@@ -283,7 +302,9 @@ class MultiHeadAttention(AttentionLayer):
         blocked where ``allowed`` is False, then a softmax whose denominator also holds
         exp(sink_h) when the module has sinks (gpt-oss; the sink's own weight is dropped),
         and the weighted sum. A query that sees no key outputs zeros. With ``fused=True`` and
-        neither score_mod nor sinks, SDPA computes it (its ``scale=`` and a bool mask).
+        neither score_mod nor sinks, SDPA computes it (its ``scale=`` and a bool mask;
+        ``is_causal`` alone when the mask is the causal one); ``no_empty_rows`` says the caller
+        knows every query sees a key (no padding), so the empty-row rule is skipped.
 
         Returns:
             the heads' outputs and the weights (None when fused).
@@ -298,6 +319,14 @@ class MultiHeadAttention(AttentionLayer):
             k, v = repeat_kv(k, h), repeat_kv(v, h)
         allowed = allowed.expand(B, h, t, k.size(2)) if t and k.size(2) else allowed
         if fused and self.score_mod is None and self.sinks is None:
+            if no_empty_rows and bias is None and self.window is None and t == k.size(2):
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                      scale=scale), None  # causal alone
+            if no_empty_rows:
+                mask = allowed if bias is None else bias.to(q.dtype).masked_fill(
+                    ~allowed, float("-inf"))
+                return F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                      scale=scale), None
             empty = ~allowed.any(dim=-1, keepdim=True)  # (B, h, t, 1): the empty-row rule
             mask = allowed | empty
             if bias is not None:
