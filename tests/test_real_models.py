@@ -71,8 +71,9 @@ FAMILIES = {
                                                       "original_max_position_embeddings": 8})),
     "llama-yarn": (LlamaModel, LlamaConfig(**SMALL, rope_scaling={
         "rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8})),
-    "llama-linear": (LlamaModel, LlamaConfig(**SMALL, rope_scaling={"type": "linear",
-                                                                    "factor": 2.0})),
+    # a key transformers does not read for linear scaling is dropped, as transformers does
+    "llama-linear": (LlamaModel, LlamaConfig(**SMALL, rope_scaling={
+        "type": "linear", "factor": 2.0, "original_max_position_embeddings": 8})),
     # transformers reads max_position_embeddings (24) as dynamic's length, not the dict's 16
     "llama-dynamic": (LlamaModel, LlamaConfig(**{**SMALL, "max_position_embeddings": 6},
                                               rope_scaling={
@@ -434,6 +435,7 @@ def test_dynamic_length_is_max_position_embeddings_as_transformers_reads_it():
         "rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 16})
     s = rope_settings(config, 0, 8)["rope_scaling"]
     assert s["original_max_position_embeddings"] == 24
+    assert s == {"rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": 24}
     for n in (16, 24, 40):
         want, _ = ROPE_INIT_FUNCTIONS["dynamic"](config, "cpu", seq_len=n)
         got, _ = rope_parameters(8, config.rope_theta, s, seq_len=n)
@@ -448,6 +450,7 @@ def test_dynamic_length_is_max_position_embeddings_as_transformers_reads_it():
     ("gemma3", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
     ("qwen2", {"layer_types": ["chunked_attention"] * 2}, "layer_types"),
     ("phi", {"partial_rotary_factor": 0.4}, "partial_rotary_factor"),  # 3 of 8 features
+    ("llama", {"attention_dropout": 0.1}, "attention_dropout"),  # in training mode
 ])
 def test_converter_refuses_naming_the_field(name, change, field):
     cls, config = FAMILIES[name]
@@ -510,3 +513,12 @@ def test_window_and_scale_keep_the_fused_path():
         m = MultiHeadAttention(32, 8, 4, fused=True, **options)
         _, weights = m.attend(q, k, v)
         assert (weights is None) == fused_path, options
+
+
+def test_gemma3_with_vision_converts_through_its_text_config():
+    from types import SimpleNamespace
+    cls, text = FAMILIES["gemma3"]
+    model = cls(copy.deepcopy(text)).eval()
+    outer = SimpleNamespace(model_type="gemma3", text_config=text)
+    a, b = (from_transformers(model.layers[1].self_attn, c) for c in (outer, text))
+    assert a.extra_repr() == b.extra_repr() and a.rope_scaling == b.rope_scaling

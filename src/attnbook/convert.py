@@ -41,6 +41,7 @@ import torch
 
 from .masks import softcap_mod
 from .multihead import MultiHeadAttention
+from .positions import _ROPE_TYPE_KEYS
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text",
             "phi", "gpt_neox", "gpt_oss")
@@ -124,11 +125,8 @@ def _scaling(mt: str, scaling, config):
         scaling["original_max_position_embeddings"] = L
     elif kind == "yarn" and not scaling.get("original_max_position_embeddings"):
         scaling["original_max_position_embeddings"] = L
-    if kind == "yarn" and getattr(config, "original_max_position_embeddings", None):
-        _refuse(mt, "original_max_position_embeddings",
-                config.original_max_position_embeddings,
-                "a top-level length changes yarn's factor in transformers; give it in the dict")
-    return scaling
+    need, may = _ROPE_TYPE_KEYS[kind]  # the keys transformers reads; it ignores the others
+    return {k: v for k, v in scaling.items() if k in ("rope_type", *need, *may)}
 
 
 def _layer_type(config, layer_idx: int) -> str:
@@ -161,6 +159,8 @@ def from_transformers(layer: torch.nn.Module, config, layer_idx: int | None = No
     Raises:
         ValueError: naming the config field that the module cannot hold.
     """
+    if getattr(config, "model_type", None) == "gemma3" and hasattr(config, "text_config"):
+        config = config.text_config  # Gemma 3 with vision: its language model's config
     mt = getattr(config, "model_type", None)
     if mt not in FAMILIES:
         raise ValueError(f"config.model_type={mt!r}: from_transformers converts {FAMILIES}")
@@ -171,6 +171,10 @@ def from_transformers(layer: torch.nn.Module, config, layer_idx: int | None = No
                 "nor sliding")
     if getattr(layer, "is_causal", True) is not True:
         _refuse(mt, "use_bidirectional_attention", True, "the module is causal")
+    dropout = getattr(config, "attention_dropout", 0.0) or 0.0
+    if layer.training and dropout > 0:
+        _refuse(mt, "attention_dropout", dropout, "the module has no dropout on its weights; "
+                "convert the layer in eval mode (model.eval())")
     if mt == "phi" and getattr(config, "qk_layernorm", False):
         _refuse(mt, "qk_layernorm", True, "Phi's LayerNorm on q and k (with a bias) is not "
                 "QK-norm's RMSNorm")
