@@ -52,16 +52,15 @@ class Attention(nn.Module):
     def __init__(self, d_model: int, context_length: int):
         super().__init__()
         if d_model < 1 or context_length < 1:
-            raise ValueError(
-                f"d_model and context_length must be positive, got {d_model}, {context_length}"
-            )
+            raise ValueError(f"d_model and context_length must be positive, "
+                             f"got {d_model}, {context_length}")
         self.d_model = d_model
         self.context_length = context_length
-        # Three learned maps, each stored as an (out, in) weight W, computing x @ W.T.
+        # Three learned maps, each an (out, in) weight W computing x @ W.T.
         self.query = nn.Linear(d_model, d_model, bias=False)
         self.key = nn.Linear(d_model, d_model, bias=False)
         self.value = nn.Linear(d_model, d_model, bias=False)
-        # A buffer, not a parameter: it follows .to(device), is saved, and is never trained.
+        # A buffer, not a parameter: it follows .to(device), is saved, not trained.
         # Named "mask" because the original module's checkpoints call it that.
         self.register_buffer("mask", causal_mask(context_length))
 
@@ -73,28 +72,29 @@ class Attention(nn.Module):
         """The causal mask buffer, (context_length, context_length), True = blocked."""
         return self.mask
 
-    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None, *,
-                return_weights: bool = False):
+    def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None,
+                *, return_weights: bool = False):
         """Attend from every token to the real tokens at or before it.
 
-        Shape: x (B, T, d_model), padding_mask (B, T), True = real -> (B, T, d_model),
+        Shape: x (B, T, d), padding_mask (B, T), True = real -> (B, T, d),
         and with ``return_weights=True`` also the weights (B, T, T).
         """
-        B, T, d = check_input(x, self.d_model, self.context_length, self.query.weight.dtype)
+        B, T, d = check_input(x, self.d_model, self.context_length,
+                              self.query.weight.dtype)
         if padding_mask is not None:
             check_padding_mask(padding_mask, B, T)
-        q, k, v = self.query(x), self.key(x), self.value(x)  # step 1: (B, T, d) each
+        q, k, v = self.query(x), self.key(x), self.value(x)  # step 1: (B, T, d)
         out, weights = self.attend(q, k, v, padding_mask)  # steps 2 to 6
         return (out, weights) if return_weights else out
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                padding_mask: torch.Tensor | None = None):
-        """Steps 2 to 6: (B, T, d) q, k, v -> outputs (B, T, d) and weights (B, T, T)."""
+        """Steps 2 to 6: q, k, v (B, T, d) -> output (B, T, d), weights (B, T, T)"""
         T = q.size(-2)
         scores = attention_scores(q, k)  # step 2: (B, T, T)
         scores = scale_scores(scores, q.size(-1))  # step 3: divide by sqrt(d)
-        blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # step 4: (B, T, T)
-        # Step 5; an empty row gets zeros. Half inputs give float32 weights: back to v's dtype.
+        blocked = blocked_positions(self.mask[:T, :T], padding_mask)  # step 4
+        # Step 5: an empty row gets zeros; half inputs give float32 weights.
         weights = masked_softmax(scores, blocked).to(v.dtype)  # (B, T, T)
         return weighted_sum(weights, v), weights  # step 6: (B, T, d)
 
