@@ -38,7 +38,7 @@ from bench_kv import kv_benchmark  # noqa: E402
 from bench_memory import measure_memory  # noqa: E402
 from bench_methods import METHODS, MODES, PADDED, SINGLE_THREAD  # noqa: E402
 from bench_report import report  # noqa: E402
-from bench_results import write_results  # noqa: E402
+from bench_results import add_load_argument, check_load, write_results  # noqa: E402
 from bench_timing import matmul_gflops, time_point  # noqa: E402
 
 from attnbook.lab.measure import conditions, keep_freed_memory  # noqa: E402
@@ -130,7 +130,11 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--save", type=Path, default=None,
                         help="also write the tables to this Markdown file, with date and "
                         "command, and their values to the .json next to it")
+    add_load_argument(parser)
     args = parser.parse_args(argv)
+    # The load rule ("How we measure"): a run that saves starts on a machine no busier
+    # than its cores.
+    load = check_load(args.allow_loaded) if args.save is not None else None
     cfg = Config(**QUICK) if args.quick else Config()
     if args.figures is not None:
         cfg.figures = None if str(args.figures) == "none" else args.figures
@@ -142,7 +146,8 @@ def main(argv: list[str] | None = None) -> str:
         command = "python benchmarks/attention_bench.py" + "".join(
             f" {a}" for a in (argv if argv is not None else sys.argv[1:]))
         # The Markdown and, next to it, the JSON the book's {bench} role pastes from.
-        write_results(args.save, text, "Attention benchmark: results", command, kind="results")
+        write_results(args.save, text, "Attention benchmark: results", command, kind="results",
+                      load=load)
     return text
 
 

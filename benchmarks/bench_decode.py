@@ -435,7 +435,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--save", default=None,
                    help="also write the tables to this Markdown file (benchmarks/"
                    "bench_decode.md) and their values to the .json next to it")
+    from bench_results import add_load_argument, check_load, write_results
+
+    add_load_argument(p)
     a = p.parse_args(argv)
+    # The load rule ("How we measure"): a run that saves starts on a machine no busier
+    # than its cores.
+    load = check_load(a.allow_loaded) if a.save else None
     began = time.perf_counter()
     load_before = conditions()
     torch.set_num_threads(1)
@@ -456,12 +462,10 @@ def main(argv: list[str] | None = None) -> None:
                  f"Whole run: {time.perf_counter() - began:.0f} s.")
     print(parts[-1], flush=True)
     if a.save:
-        from bench_results import write_results
-
         write_results(a.save, "\n\n".join(parts), "Decoding against its memory bound",
                       " ".join(["python benchmarks/bench_decode.py"]
                                + (sys.argv[1:] if argv is None else argv)),
-                      kind="bench_decode")
+                      kind="bench_decode", load=load)
 
 
 if __name__ == "__main__":

@@ -205,7 +205,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--save", default=None,
                     help="also write the tables to this Markdown file (benchmarks/"
                     "results_masks.md) and their values to the .json next to it")
+    from bench_results import add_load_argument, check_load, write_results
+
+    add_load_argument(ap)
     args = ap.parse_args(argv)
+    # The load rule ("How we measure"): a run that saves starts on a machine no busier
+    # than its cores.
+    load = check_load(args.allow_loaded) if args.save else None
     start = time.perf_counter()
     parts = [f"torch {torch.__version__}; {conditions()}\n"]
     print(parts[-1], flush=True)
@@ -227,13 +233,11 @@ def main(argv: list[str] | None = None) -> None:
     print(parts[-1], flush=True)
     parts.append(f"Whole run: {time.perf_counter() - start:.0f} s.")
     if args.save:
-        from bench_results import write_results
-
         write_results(args.save, "\n".join(parts),
                       "Masks as functions: padded versus packed, block skipping, FlexAttention",
                       " ".join(["python benchmarks/bench_masks.py"]
                                + (sys.argv[1:] if argv is None else argv)),
-                      kind="results_masks")
+                      kind="results_masks", load=load)
 
 
 if __name__ == "__main__":

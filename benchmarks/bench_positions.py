@@ -100,7 +100,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--save", default=None,
                    help="also write the tables to this Markdown file (benchmarks/"
                    "results_positions.md) and their values to the .json next to it")
+    from bench_results import add_load_argument, check_load, write_results
+
+    add_load_argument(p)
     a = p.parse_args(argv)
+    # The load rule ("How we measure"): a run that saves starts on a machine no busier
+    # than its cores.
+    load = check_load(a.allow_loaded) if a.save else None
     parts = []
     for part in (lambda: step_table(16, 64, 64, 4, 2, True, a.repeats, a.threads),
                  lambda: step_table(16, 64, 64, 4, 2, False, a.repeats, a.threads),
@@ -109,12 +115,10 @@ def main(argv: list[str] | None = None) -> None:
         parts.append(part())
         print(parts[-1], "\n", flush=True)
     if a.save:
-        from bench_results import write_results
-
         write_results(a.save, "\n\n".join(parts), "Position schemes: cost per training step",
                       " ".join(["python benchmarks/bench_positions.py"]
                                + (sys.argv[1:] if argv is None else argv)),
-                      kind="results_positions")
+                      kind="results_positions", load=load)
 
 
 if __name__ == "__main__":

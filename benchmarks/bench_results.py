@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 from pathlib import Path
@@ -230,7 +231,12 @@ def results_json_from_markdown(text: str, stem: str) -> dict:
         if m is not None:
             values.update({k: number(g) for k, g in zip(keys, m.groups())})
     values.update(derived(stem, text, values))
-    return {"source": f"{stem}.md", "values": values}
+    data = {"source": f"{stem}.md", "values": values}
+    load = LOAD_LINE.search(text)
+    if load is not None:  # runs saved since the load rule (older files have no such line)
+        values["run.load_1min"], values["run.cores"] = float(load.group(1)), int(load.group(2))
+        data["quotable"] = load.group(3) is None
+    return data
 
 
 def _slope(t1: float, v1: float, t2: float, v2: float) -> float:
@@ -336,8 +342,57 @@ def derived_decode(values: dict) -> dict:
     return out
 
 
+class LoadedMachine(SystemExit):
+    """Raised by :func:`check_load`: the machine was busier than its cores at the start."""
+
+
+LOAD_LINE = re.compile(r"Load at the start: 1-minute load average ([\d.]+) on (\d+) cores"
+                       r"( \(NOT QUOTABLE)?")
+
+
+def check_load(allow_loaded: bool = False, load: float | None = None,
+               cores: int | None = None) -> dict:
+    """The load rule of "How we measure", checked before a benchmark that saves starts timing.
+
+    Args:
+        allow_loaded: save anyway (``--allow-loaded``); the file is then marked not quotable.
+        load, cores: the 1-minute load average and the core count (default: this machine's,
+            ``os.getloadavg()[0]`` and ``os.cpu_count()``).
+
+    Returns:
+        ``{"load_1min", "cores", "quotable"}``, for :func:`write_results` to record.
+
+    Raises:
+        LoadedMachine: the load exceeds the core count and ``allow_loaded`` is not set.
+    """
+    load = os.getloadavg()[0] if load is None else load
+    cores = (os.cpu_count() or 1) if cores is None else cores
+    quotable = load <= cores
+    if not quotable and not allow_loaded:
+        raise LoadedMachine(
+            f"refusing to time for a results file: the 1-minute load average is {load:.2f}, "
+            f"above the {cores} cores of this machine. Wait until the machine is quiet, or pass "
+            "--allow-loaded to save a file marked NOT QUOTABLE.")
+    return {"load_1min": round(load, 2), "cores": cores, "quotable": quotable}
+
+
+def add_load_argument(parser) -> None:
+    """The ``--allow-loaded`` flag every benchmark that saves takes."""
+    parser.add_argument("--allow-loaded", action="store_true",
+                        help="with --save: time and save even when the 1-minute load average "
+                        "exceeds the core count; the file is marked NOT QUOTABLE")
+
+
+def load_line(load: dict) -> str:
+    """The sentence a results file records the load in (read back by :data:`LOAD_LINE`)."""
+    mark = "" if load["quotable"] else (
+        " (NOT QUOTABLE: saved with --allow-loaded above the core count)")
+    return (f"Load at the start: 1-minute load average {load['load_1min']:.2f} on "
+            f"{load['cores']} cores{mark}.")
+
+
 def write_results(path: Path, text: str, title: str | None = None, command: str | None = None,
-                  kind: str | None = None) -> tuple[Path, Path]:
+                  kind: str | None = None, load: dict | None = None) -> tuple[Path, Path]:
     """Write a benchmark's results as Markdown and, next to it, the JSON of the same text.
 
     Args:
@@ -346,11 +401,16 @@ def write_results(path: Path, text: str, title: str | None = None, command: str 
         title: a first heading, with the date and the command under it, if given.
         command: the command line that produced ``text``.
         kind: which of :data:`STEMS` the text is (default: the file's stem), for its tables.
+        load: what :func:`check_load` returned at the start of the run; recorded under the
+            title (``run.load_1min``, ``run.cores`` and ``quotable`` in the JSON). Every
+            benchmark script passes it.
 
     Returns:
         The paths of the Markdown and the JSON file.
     """
     path = Path(path)
+    if load is not None:
+        text = f"{load_line(load)}\n\n{text}"
     if title is not None:
         stamp = time.strftime("%Y-%m-%d %H:%M %Z")
         ran = f" with `{command}`" if command else ""

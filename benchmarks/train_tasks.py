@@ -51,7 +51,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--save", type=Path, default=None,
                         help="also write the table to this Markdown file (benchmarks/"
                         "train_results.md) and its values to the .json next to it")
+    from bench_results import add_load_argument, check_load, write_results
+
+    add_load_argument(parser)
     args = parser.parse_args(argv)
+    # The load rule ("How we measure"): its table has timings, so a run that saves starts on a
+    # machine no busier than its cores.
+    start_load = check_load(args.allow_loaded) if args.save else None
     # Matrices this small gain nothing from a second thread, and on a busy machine the
     # OpenMP threads wait on each other: one thread was ~20x faster here.
     torch.set_num_threads(1)
@@ -80,11 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     print(f"# {TITLE}\n\n{text}")
     sys.stdout.flush()
     if args.save:  # the Markdown and the JSON of its values, side by side
-        from bench_results import write_results
-
         write_results(args.save, text, TITLE, " ".join(["python benchmarks/train_tasks.py"]
                                                        + (sys.argv[1:] if argv is None else argv)),
-                      kind="train_results")
+                      kind="train_results", load=start_load)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def test_main_saves_tables_the_converter_reads(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_decode, "IN_CACHE", 256)
     monkeypatch.setattr(bench_decode, "CONTEXT", 300)
     bench_decode.main(["--repeats", "1", "--steps", "2", "--no-compile",
-                       "--save", str(tmp_path / "bench_decode.md")])
+                       "--save", str(tmp_path / "bench_decode.md"), "--allow-loaded"])
     text = (tmp_path / "bench_decode.md").read_text(encoding="utf-8")
     values = json.loads((tmp_path / "bench_decode.json").read_text())["values"]
     assert values == results_json_from_markdown(text, "bench_decode")["values"]
