@@ -87,3 +87,39 @@ def test_kernel_partials_merge_to_its_output_and_the_reference(n_split, three_d)
     want_outs, want_lses = split_partials(q, k, v, pad, n_split=n_split)
     torch.testing.assert_close(outs, want_outs)  # the kernel's partials are the split's
     assert same_lse(lses, want_lses, atol=1e-5)
+
+
+def test_wave_efficiency_example_in_chapter_19():
+    """Ch. 19 and split_count's docstring: the "waves" rule compares wave efficiency
+    w / ceil(w), not the last wave's fill. The numbers they quote are computed here."""
+    from pathlib import Path
+
+    from attnbook.gpu.decoding import split_count
+
+    programs, n_sm = 16, 132
+
+    def efficiency(n):
+        w = programs * n / n_sm
+        return w / math.ceil(w)
+
+    n = 9
+    total = programs * n  # 144 programs: two waves, the second 12 programs
+    last = total - (math.ceil(total / n_sm) - 1) * n_sm
+    chosen = split_count(1, programs, 32768, n_sm, rule="waves")
+    page = (Path(__file__).resolve().parents[1] / "book" / "19_flash_decoding.md").read_text()
+    said = " ".join(page.split())
+    for text in (f"$Bh_{{kv}} = {programs}$ on ${n_sm}$ SMs",
+                 f"$n = {n}$ gives $w = {total}/{n_sm}$",
+                 f"${total}/{math.ceil(total / n_sm) * n_sm} \\approx {efficiency(n):.2f}$",
+                 f"holds ${last}$ programs, ${100 * last / n_sm:.0f}\\%$ of the SMs",
+                 f"takes $n = {chosen}$, one wave of ${programs * chosen}$ programs, "
+                 f"efficiency $\\approx {efficiency(chosen):.2f}$"):
+        assert text in said, text
+    assert chosen == 8 and programs * chosen <= n_sm
+    assert efficiency(n) < 0.85 * max(efficiency(k) for k in range(1, 129))
+    from attnbook.gpu import decoding
+
+    doc = " ".join(decoding.split_count.__doc__.split())
+    assert (f"{total}/{2 * n_sm} ({efficiency(n):.2f}) and a last wave {last}/{n_sm} "
+            f"({100 * last / n_sm:.0f}%) full; the rule takes {chosen} (one wave, "
+            f"{programs * chosen}/{n_sm})") in doc

@@ -406,6 +406,91 @@ def test_causal_loop_is_split_at_the_diagonal():
     assert kernel.count("forward_tile(") == 2 and "False, CAUSAL" in kernel
 
 
+CUDA_GRID = (2**31 - 1, 65_535, 65_535)  # programs per grid axis on every GPU since sm30
+
+
+def sampled_grid(monkeypatch, keep):
+    """The interpreter with CUDA's grid limits, running only the programs ``keep`` selects.
+
+    A launch whose grid passes a limit raises, as on a GPU. Every other program of the grid is
+    visited but skipped (``keep(kernel name, program id on axis 0)`` is False), so a grid of
+    65,538 programs takes a second, not the interpreter's several minutes. Returns the list of
+    grids launched.
+    """
+    from triton.runtime import interpreter
+
+    builder = interpreter.interpreter_builder
+    grids = []
+    set_grid_dim = builder.set_grid_dim
+
+    def checked(nx, ny, nz):
+        for axis, (n, cap) in enumerate(zip((nx, ny, nz), CUDA_GRID)):
+            if n > cap:
+                raise ValueError(f"grid axis {axis} has {n} programs; CUDA allows {cap}")
+        grids.append((nx, ny, nz))
+        set_grid_dim(nx, ny, nz)
+
+    monkeypatch.setattr(builder, "set_grid_dim", checked)
+    init = interpreter.GridExecutor.__init__
+
+    def sampling_init(self, fn, *args, **kwargs):
+        init(self, fn, *args, **kwargs)
+        run = self.fn
+
+        def sampled(**kw):  # this module's globals hold tl, as the interpreter requires
+            if keep(run.__name__, builder.grid_idx[0]):
+                run(**kw)
+
+        sampled.__signature__ = inspect.signature(run)
+        self.fn = sampled
+
+    monkeypatch.setattr(interpreter.GridExecutor, "__init__", sampling_init)
+    return grids
+
+
+@in_process
+def test_batch_times_heads_past_the_grid_limit(monkeypatch):
+    """B·h = 65,538 (B = 32,769, h = 2): past CUDA's 65,535 on grid axes 1 and 2, so every
+    kernel folds (batch, head) into axis 0. Forward, backward and Flash-Decoding launch within
+    the limits, and the programs of heads 0, 65,535 and 65,537 compute what the reference
+    does."""
+    B, h, d = 32_769, 2, 16
+    heads = (0, 65_535, 65_537)  # (batch, head) pairs b·h + a, the last two past the limit
+    pick = (torch.tensor(heads) // h, torch.tensor(heads) % h)
+
+    def keep(name, pid):  # every kernel's programs: blocks (here 1, or n_split) per head
+        per_head = 2 if name == "flash_decoding_split_kernel" else 1
+        return pid // per_head in heads
+
+    grids = sampled_grid(monkeypatch, keep)
+    q, k, v = (torch.randn(B, h, 1, d, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    out = flash_attention(q, k, v)
+    dout = torch.randn_like(out)
+    out.backward(dout)
+    sub = [t.detach()[pick][:, None].requires_grad_() for t in (q, k, v)]  # (3, 1, 1, d)
+    want = explicit(*sub)
+    want.backward(dout[pick][:, None])
+    torch.testing.assert_close(out.detach()[pick][:, None], want)
+    for t, s in zip((q, k, v), sub):
+        torch.testing.assert_close(t.grad[pick][:, None], s.grad)
+    kd, vd = (torch.randn(B, h, 5, d, dtype=torch.float64) for _ in range(2))
+    dec = flash_decoding(q.detach(), kd, vd, n_split=2)
+    ref = explicit(q.detach()[pick][:, None], kd[pick][:, None], vd[pick][:, None],
+                   causal=False)
+    torch.testing.assert_close(dec[pick][:, None], ref)
+    assert len(grids) == 4 and all(g[1:] == (1, 1) for g in grids)
+    assert [g[0] for g in grids] == [B * h, B * h, 2 * B * h, B * h]
+
+
+def test_grid_past_axis_0_is_refused():
+    from attnbook.gpu.flash import MAX_GRID, launch_grid
+
+    assert launch_grid(4, 65_537) == 4 * 65_537
+    with pytest.raises(ValueError, match="axis 0"):
+        launch_grid(MAX_GRID // 2 + 1, 2)
+
+
 def kernels_module():
     from attnbook.gpu import load_kernels
 

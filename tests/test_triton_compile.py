@@ -1,5 +1,9 @@
 """Every Triton kernel, compiled ahead of time for the T4 (sm75), A100 (sm80) and H100 (sm90).
 
+Head widths 64 and 128 for every dtype; 80, 96 (float16) and 256 (float16, float32) more
+briefly. The launches that do not fit (the T4's backward at d = 256; on sm86/sm89, sm80's float32
+backward at d = 256) are compiled too, and check_fits must refuse them before launch.
+
 No GPU is needed: Triton compiles for a named target (attnbook.gpu.compile_check). The
 compilation runs once per test session, in a subprocess with the interpreter off, over every
 launch the library makes (attnbook.gpu.configs), and these tests read its table: each case
@@ -17,10 +21,14 @@ pytest.importorskip("triton")
 from attnbook.gpu.compile_check import compile_table, launch_cases, markdown_table  # noqa: E402
 from attnbook.gpu.configs import (  # noqa: E402
     ARCHS,
+    REFUSED,
     SHARED_LIMIT,
     TABLE,
+    DoesNotFit,
     arch_of,
+    check_fits,
     default_precision,
+    head_class,
     launch_config,
 )
 
@@ -33,28 +41,69 @@ def rows():
 
 def test_every_launch_compiles_for_every_architecture(rows):
     cases = launch_cases()
-    assert len(rows) == len(cases) > 60
+    assert len(rows) == len(cases) > 100
     assert {r["arch"] for r in rows} == set(ARCHS) == {75, 80, 90}
     kernels = {r["kernel"] for r in rows}
     assert kernels == {"forward", "backward", "decode split", "decode merge"}
-    for r in rows:  # both head widths, all three dtypes, for every kernel with a tl.dot
-        assert r["d"] in (64, 128) and r["dtype"] in ("fp16", "bf16", "fp32")
+    for r in rows:  # the head widths real models use; all three dtypes
+        assert r["d"] in (64, 80, 96, 128, 256) and r["dtype"] in ("fp16", "bf16", "fp32")
     dtypes = {(r["kernel"], r["arch"], r["d"], r["dtype"]) for r in rows}
+    widths = {64: ("fp16", "bf16", "fp32"), 128: ("fp16", "bf16", "fp32"), 80: ("fp16",),
+              96: ("fp16",), 256: ("fp16", "fp32")}
     for arch in ARCHS:
-        for d in (64, 128):
-            for dt in ("fp16", "bf16", "fp32"):
+        for d, dts in widths.items():
+            for dt in dts:
                 for kernel in ("forward", "backward", "decode split"):
                     assert (kernel, arch, d, dt) in dtypes
 
 
-def test_shared_memory_fits_each_architecture(rows):
-    """No OutOfResources at launch: within the per-block limit (sm80's rows also within the
-    99 KB of sm86/sm89, which use them)."""
-    too_big = [r for r in rows if r["shared"] > SHARED_LIMIT[r["arch"]]]
-    assert too_big == []
-    assert all(r["fits"] for r in rows)
-    assert all(r["shared"] <= SHARED_LIMIT[86] for r in rows if r["arch"] == 80)
+def refused_key(r):
+    """The :data:`REFUSED` key a compiled row would have on its own GPU."""
+    return (r["arch"], r["kernel"], r["dtype"] == "fp32", head_class(r["d"]))
+
+
+def test_shared_memory_fits_each_architecture_or_is_refused(rows):
+    """No OutOfResources at launch: each launch fits the per-block limit, or is one that
+    REFUSED lists, which check_fits refuses before launch naming the shared memory it needs.
+    sm80's rows also fit the 99 KB of sm86/sm89, which use them, except the ones REFUSED lists
+    for sm86. A launch is refused where any recorded Triton release does not fit it."""
+    from attnbook.gpu.compile_check import recorded_table, recorded_versions
+
+    def too_big(table):
+        return ({refused_key(r) for r in table if r["shared"] > SHARED_LIMIT[r["arch"]]}
+                | {(86,) + refused_key(r)[1:] for r in table
+                   if r["arch"] == 80 and r["shared"] > SHARED_LIMIT[86]})
+
+    assert too_big(rows) <= set(REFUSED) and too_big(rows)
+    assert set(REFUSED) == set().union(*(too_big(recorded_table(v))
+                                         for v in recorded_versions()))
+    assert all(r["fits"] == (r["shared"] <= SHARED_LIMIT[r["arch"]]) for r in rows)
     assert all(r["shared"] > 0 for r in rows)  # the number was read, not defaulted
+    for r in rows:
+        if r["kernel"] == "decode merge":
+            continue
+        dtype = torch.float32 if r["dtype"] == "fp32" else torch.float16
+        kernel = "decode" if r["kernel"].startswith("decode") else r["kernel"]
+        for arch in (r["arch"], 86, 89) if r["arch"] == 80 else (r["arch"],):
+            key = (86 if arch in (86, 89) else r["arch"],) + refused_key(r)[1:]
+            if key not in REFUSED:
+                check_fits(kernel, arch, dtype, r["d"])  # fits: not refused
+                continue
+            with pytest.raises(DoesNotFit, match=f"KiB \\(Triton [0-9.]+\\) of shared memory "
+                               f"per block, and sm{arch} gives "
+                               f"{SHARED_LIMIT[arch] / 1024:.0f} KiB"):
+                check_fits(kernel, arch, dtype, r["d"])
+
+
+def test_check_fits_refuses_wide_heads_on_a_gpu_only():
+    """Fast: no compilation. d above 256 is refused on every GPU, never in the interpreter."""
+    for arch in (75, 80, 86, 90):
+        with pytest.raises(DoesNotFit, match="d = 512"):
+            check_fits("forward", arch, torch.float16, 512)
+    check_fits("backward", None, torch.float32, 512)
+    check_fits("backward", 90, torch.float32, 256)
+    with pytest.raises(DoesNotFit, match="sm75.*64 KiB"):
+        check_fits("backward", 75, torch.float16, 200)
 
 
 def test_tensor_cores_from_sm80_fma_on_the_t4(rows):
@@ -78,15 +127,16 @@ def test_spills_are_reported_and_small_in_half_precision(rows):
     for r in rows:
         assert isinstance(r["spill_stores"], int) and r["spill_stores"] >= 0
         assert 0 < r["registers"] <= 255
-    # The forward and decoding kernels in fp16/bf16 keep everything in registers on every GPU.
+    # The forward and decoding kernels in fp16/bf16 keep everything in registers on every GPU
+    # up to d = 128; at d = 256 the H100's forward (sm80's 64 x 64 tiles) spills a little.
     half = [r for r in rows if r["dtype"] != "fp32" and r["kernel"] != "backward"]
-    assert [r for r in half if r["spill_stores"]] == []
+    assert [r for r in half if r["spill_stores"] and r["d"] <= 128] == []
 
 
 def test_markdown_table_has_a_column_per_architecture(rows):
     table = markdown_table(rows)
     assert "| sm75 | sm80 | sm90 |" in table
-    assert "does not fit" not in table
+    assert table.count("does not fit") == sum(not r["fits"] for r in rows) > 0
     assert table.count("\n") == len({(r["kernel"], r["dtype"], r["d"], r["causal"],
                                       r["precision"]) for r in rows}) + 1
 
@@ -97,13 +147,14 @@ def test_launch_table_covers_every_gpu_and_dtype():
         arch = arch_of(cc)
         for kernel in ("forward", "backward", "decode"):
             for dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
-                for d in (16, 64, 96, 128):
+                for d in (16, 64, 80, 96, 128, 256):
                     cfg = launch_config(kernel, arch, dtype, d)
                     assert cfg.block_n >= 16 and cfg.block_m >= 16
     assert arch_of((8, 6)) == 86 and arch_of((9, 0)) == 90 and arch_of(None) is None
     with pytest.raises(ValueError, match="7.5"):
         arch_of((7, 0))
-    assert len(TABLE) == 2 * 3 * 2 * 2
+    assert len(TABLE) + sum(k[0] != 86 for k in REFUSED) == 2 * 3 * 2 * 3
+    assert all(k not in TABLE for k in REFUSED)
     assert SHARED_LIMIT[75] == 64 * 1024 and SHARED_LIMIT[80] == 163 * 1024
     assert default_precision(80, torch.float32) == "tf32x3"
     assert default_precision(75, torch.float32) == "ieee"

@@ -54,6 +54,8 @@ from .configs import (
 
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
 HEAD_DIMS = (64, 128)
+"""The head widths compiled for every dtype and kernel; :func:`launch_cases` adds 80, 96, 256."""
+EXTRA_HEAD_DIMS = (80, 96, 256)
 
 
 @dataclass(frozen=True)
@@ -88,10 +90,14 @@ class Result:
 def launch_cases(archs=ARCHS) -> list[Case]:
     """Every (kernel, architecture, dtype, head width) the library launches, with its config.
 
-    Forward and backward: causal for every dtype, not causal for float16 (the same tiles
-    without the diagonal loop); float32 with the default precision, and the forward also with
-    ``"ieee"`` where that is not the default (Lab 17 compares the two). Flash-Decoding: the
-    split kernel for every dtype, the merge once per head width (it reads float32 partials).
+    Head widths 64 and 128, the table's first two classes: forward and backward causal for
+    every dtype, not causal for float16 (the same tiles without the diagonal loop); float32
+    with the default precision, and the forward also with ``"ieee"`` where that is not the
+    default (Lab 17 compares the two). Flash-Decoding: the split kernel for every dtype, the
+    merge once per head width (it reads float32 partials). Then the other widths real models
+    use, more briefly: 80 and 96 (Phi-2, Stable Diffusion; 128-wide tiles with masked columns)
+    in float16, causal, each kernel with a ``tl.dot``; 256 (Gemma) in float16 and float32, each
+    kernel, the launches :data:`~attnbook.gpu.configs.REFUSED` included (they must not fit).
     """
     cases = []
     for arch in archs:
@@ -108,6 +114,16 @@ def launch_cases(archs=ARCHS) -> list[Case]:
                                   decoding_config(arch, dtype, d)))
             cases.append(Case("decode merge", arch, "fp16", d, False, "ieee",
                               LaunchConfig(1, 1, 4, 1)))
+        for d, dtypes in ((80, ("fp16",)), (96, ("fp16",)), (256, ("fp16", "fp32"))):
+            for name in dtypes:
+                dtype = DTYPES[name]
+                prec = default_precision(arch, dtype)
+                cases.append(Case("forward", arch, name, d, True, prec,
+                                  forward_config(arch, dtype, d)))
+                cases.append(Case("backward", arch, name, d, True, prec,
+                                  backward_config(arch, dtype, d)))
+                cases.append(Case("decode split", arch, name, d, False, prec,
+                                  decoding_config(arch, dtype, d)))
     return cases
 
 
@@ -121,30 +137,31 @@ def _signature(case: Case):
 
     t = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}[case.dtype]
     cfg, d = case.config, case.d
+    d_pad = max(16, 1 << (d - 1).bit_length())  # as the host pads it (flash._d_pad)
     if case.kernel == "forward":
         fn = kernels.flash_forward_kernel
         types = [t, t, t, t, "*fp32", "*i8", "fp64", "i32", "i32", "i32", "i32"] + ["i32"] * 9
         const = {"CAUSAL": case.causal, "HAS_PAD": False, "PRECISION": case.precision,
-                 "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d}
+                 "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d_pad}
         strides = range(11, 20)
     elif case.kernel == "backward":
         fn = kernels.flash_backward_kernel
         types = [t, t, t, t, "*fp32", "*fp32", "*fp32", t, t, "*i8", "fp64", "fp64", "i32",
                  "i32", "i32", "i32"] + ["i32"] * 9
         const = {"CAUSAL": case.causal, "HAS_PAD": False, "PRECISION": case.precision,
-                 "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d}
+                 "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "D": d, "D_PAD": d_pad}
         strides = range(16, 25)
     elif case.kernel == "decode split":
         fn = kernels.flash_decoding_split_kernel
-        types = [t, t, t, "*fp32", "*fp32", "*i8", "fp64", "i32", "i32", "i32", "i32"] + \
-            ["i32"] * 8
+        types = [t, t, t, "*fp32", "*fp32", "*i8", "fp64", "i32", "i32", "i32", "i32",
+                 "i32"] + ["i32"] * 8
         const = {"HAS_PAD": False, "PRECISION": case.precision, "BLOCK_N": cfg.block_n,
-                 "G_PAD": 16, "D": d, "D_PAD": d}
-        strides = range(11, 19)
+                 "G_PAD": 16, "D": d, "D_PAD": d_pad}
+        strides = range(12, 20)
     else:
         fn = kernels.flash_decoding_merge_kernel
         types = ["*fp32", "*fp32", t, "i32"]
-        const = {"S_PAD": 16, "D": d, "D_PAD": d}
+        const = {"S_PAD": 16, "D": d, "D_PAD": d_pad}
         strides = ()
     names = fn.arg_names
     signature = {name: "constexpr" if name in const else types[i] for i, name in enumerate(names)}

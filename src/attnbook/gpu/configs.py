@@ -54,36 +54,120 @@ def device_arch(device: torch.device) -> int | None:
     return arch_of(torch.cuda.get_device_capability(device))
 
 
-# (arch, kernel, wide, d <= 64) -> config. "wide": 4-byte elements (float32, float64), whose
-# tiles take twice the shared memory and registers. sm86 and sm89 (99 KB per block) use sm80's
-# rows, which the compile check holds to 99 KB too. Below sm80 tl.dot is FMA, register-hungry:
-# eight warps share the tile, and the blocks are small enough that nothing spills at fp16.
+# (arch, kernel, wide, head-width class) -> config. "wide": 4-byte elements (float32, float64),
+# whose tiles take twice the shared memory and registers. The class is the head width rounded
+# up to 64, 128 or 256 (d = 80 and 96 run 128-wide tiles, the extra columns masked). sm86 and
+# sm89 (99 KB per block) use sm80's rows, which the compile check holds to 99 KB too, except
+# where REFUSED says otherwise. Below sm80 tl.dot is FMA, register-hungry: eight warps share
+# the tile, and the blocks are small enough that nothing spills at fp16.
 TABLE = {
-    (75, "forward", False, True): LaunchConfig(64, 32, 8, 2),
-    (75, "forward", False, False): LaunchConfig(32, 32, 8, 1),
-    (75, "forward", True, True): LaunchConfig(64, 32, 8, 1),
-    (75, "forward", True, False): LaunchConfig(32, 32, 8, 1),
-    (75, "backward", False, True): LaunchConfig(32, 32, 8, 1),
-    (75, "backward", False, False): LaunchConfig(16, 32, 8, 1),
-    (75, "backward", True, True): LaunchConfig(16, 32, 8, 1),
-    (75, "backward", True, False): LaunchConfig(16, 16, 8, 1),
-    (75, "decode", False, True): LaunchConfig(16, 32, 4, 2),
-    (75, "decode", False, False): LaunchConfig(16, 32, 4, 2),
-    (75, "decode", True, True): LaunchConfig(16, 32, 4, 2),
-    (75, "decode", True, False): LaunchConfig(16, 32, 4, 2),
-    (80, "forward", False, True): LaunchConfig(128, 64, 8, 3),
-    (80, "forward", False, False): LaunchConfig(64, 64, 8, 2),
-    (80, "forward", True, True): LaunchConfig(64, 32, 8, 2),
-    (80, "forward", True, False): LaunchConfig(32, 32, 8, 2),
-    (80, "backward", False, True): LaunchConfig(32, 64, 8, 2),
-    (80, "backward", False, False): LaunchConfig(32, 64, 8, 1),
-    (80, "backward", True, True): LaunchConfig(32, 32, 8, 1),
-    (80, "backward", True, False): LaunchConfig(16, 16, 4, 1),
-    (80, "decode", False, True): LaunchConfig(16, 64, 4, 2),
-    (80, "decode", False, False): LaunchConfig(16, 64, 4, 2),
-    (80, "decode", True, True): LaunchConfig(16, 32, 4, 2),
-    (80, "decode", True, False): LaunchConfig(16, 32, 4, 2),
+    (75, "forward", False, 64): LaunchConfig(64, 32, 8, 2),
+    (75, "forward", False, 128): LaunchConfig(32, 32, 8, 1),
+    (75, "forward", False, 256): LaunchConfig(16, 32, 8, 1),
+    (75, "forward", True, 64): LaunchConfig(64, 32, 8, 1),
+    (75, "forward", True, 128): LaunchConfig(32, 32, 8, 1),
+    (75, "forward", True, 256): LaunchConfig(16, 16, 8, 1),
+    (75, "backward", False, 64): LaunchConfig(32, 32, 8, 1),
+    (75, "backward", False, 128): LaunchConfig(16, 32, 8, 1),
+    (75, "backward", True, 64): LaunchConfig(16, 32, 8, 1),
+    (75, "backward", True, 128): LaunchConfig(16, 16, 8, 1),
+    (75, "decode", False, 64): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", False, 128): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", False, 256): LaunchConfig(16, 32, 8, 1),
+    (75, "decode", True, 64): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", True, 128): LaunchConfig(16, 32, 4, 2),
+    (75, "decode", True, 256): LaunchConfig(16, 16, 4, 1),
+    (80, "forward", False, 64): LaunchConfig(128, 64, 8, 3),
+    (80, "forward", False, 128): LaunchConfig(64, 64, 8, 2),
+    (80, "forward", False, 256): LaunchConfig(64, 64, 8, 1),
+    (80, "forward", True, 64): LaunchConfig(64, 32, 8, 2),
+    (80, "forward", True, 128): LaunchConfig(32, 32, 8, 2),
+    (80, "forward", True, 256): LaunchConfig(16, 32, 8, 1),
+    (80, "backward", False, 64): LaunchConfig(32, 64, 8, 2),
+    (80, "backward", False, 128): LaunchConfig(32, 64, 8, 1),
+    (80, "backward", False, 256): LaunchConfig(32, 32, 8, 1),
+    (80, "backward", True, 64): LaunchConfig(32, 32, 8, 1),
+    (80, "backward", True, 128): LaunchConfig(16, 16, 4, 1),
+    (80, "backward", True, 256): LaunchConfig(16, 16, 4, 1),
+    (80, "decode", False, 64): LaunchConfig(16, 64, 4, 2),
+    (80, "decode", False, 128): LaunchConfig(16, 64, 4, 2),
+    (80, "decode", False, 256): LaunchConfig(16, 64, 4, 2),
+    (80, "decode", True, 64): LaunchConfig(16, 32, 4, 2),
+    (80, "decode", True, 128): LaunchConfig(16, 32, 4, 2),
+    (80, "decode", True, 256): LaunchConfig(16, 32, 4, 1),
 }
+
+REFUSED = {
+    (75, "backward", False, 256): LaunchConfig(16, 16, 8, 1),
+    (75, "backward", True, 256): LaunchConfig(16, 16, 8, 1),
+    (86, "backward", True, 256): LaunchConfig(16, 16, 4, 1),
+}
+"""Launches that do not fit, refused before launch (:func:`check_fits`), with the smallest
+configuration, which the compile check compiles to show it: the T4's backward at d = 256
+(64 KB per block; in float32 Triton 3.9 fits it exactly, 3.6, Colab's, does not) and, on
+sm86/sm89 (99 KB), sm80's float32 backward at d = 256. A launch is refused where any recorded
+Triton release needs more than the GPU has."""
+
+MAX_HEAD_DIM = 256
+"""The widest head the table has launches for (and the compile check compiles)."""
+
+
+def head_class(d: int) -> int:
+    """The table's head-width class: 64, 128 or 256 (the head width rounded up)."""
+    return 64 if d <= 64 else 128 if d <= 128 else 256
+
+
+class DoesNotFit(ValueError):
+    """A kernel that would run out of a GPU's shared memory (or has no compiled launch)."""
+
+
+def check_fits(kernel: str, arch: int | None, dtype: torch.dtype, d: int) -> None:
+    """Refuse, before any launch, a kernel the compile check found does not fit the GPU.
+
+    Nothing is refused in the interpreter (``arch`` None). On a GPU: a head width above
+    :data:`MAX_HEAD_DIM`, and the launches of :data:`REFUSED`, whose message gives the shared
+    memory the smallest launch needs (from the compile record of the pinned Triton) against the
+    architecture's per-block limit.
+
+    Raises:
+        DoesNotFit: with a message naming the limit.
+    """
+    if arch is None:
+        return
+    name = "decoding" if kernel == "decode" else kernel
+    if d > MAX_HEAD_DIM:
+        raise DoesNotFit(f"the {name} kernel has no launch for head width d = {d} on sm{arch}: "
+                         f"the widest the compile check covers is d = {MAX_HEAD_DIM} (its tiles "
+                         "must fit the GPU's shared memory per block and 255 registers per "
+                         "thread)")
+    wide = dtype in (torch.float32, torch.float64)
+    family = 75 if arch < 80 else 80 if arch in (80, 90) or arch > 90 else 86
+    key = (family, kernel, wide, head_class(d))
+    if key not in REFUSED:
+        return
+    cfg = REFUSED[key]
+    limit = SHARED_LIMIT[family]
+    need, version = _recorded_shared(kernel, 80 if family == 86 else family, wide, d)
+    needs = f"{need / 1024:.0f} KiB (Triton {version})" if need else "more"
+    raise DoesNotFit(f"the {name} kernel at d = {d} in {str(dtype).removeprefix('torch.')} does "
+                     f"not fit sm{arch}: its smallest launch ({cfg.block_m}×{cfg.block_n} blocks) "
+                     f"needs {needs} of shared memory per block, and sm{arch} gives "
+                     f"{limit / 1024:.0f} KiB")
+
+
+def _recorded_shared(kernel: str, arch: int, wide: bool, d: int) -> tuple[int, str | None]:
+    """The most shared memory any recorded Triton release's launch asks for, and that release
+    (0, None without a record)."""
+    from .compile_check import recorded_table, recorded_versions
+
+    kname = "decode split" if kernel == "decode" else kernel
+    dt = "fp32" if wide else "fp16"
+    best = (0, None)
+    for version in recorded_versions():
+        for r in recorded_table(version):
+            if (r["kernel"], r["arch"], r["dtype"], r["d"]) == (kname, arch, dt, head_class(d)):
+                best = max(best, (r["shared"], version), key=lambda x: x[0])
+    return best
 
 
 def launch_config(kernel: str, arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfig:
@@ -91,12 +175,16 @@ def launch_config(kernel: str, arch: int | None, dtype: torch.dtype, d: int) -> 
 
     None (Triton's interpreter) gets blocks of 64 (16 rows for decoding): only correctness
     matters there. sm86 and sm89 take sm80's rows, sm90 too (the H100 has more room, but these
-    tiles already reach its tensor cores: ``wgmma``).
+    tiles already reach its tensor cores: ``wgmma``). A launch that does not fit
+    (:data:`REFUSED`, or d above :data:`MAX_HEAD_DIM`) gets the smallest configuration:
+    :func:`check_fits` refuses it before launch.
     """
     if arch is None:
         return LaunchConfig(16, 64) if kernel == "decode" else LaunchConfig(64, 64)
     wide = dtype in (torch.float32, torch.float64)
-    return TABLE[(75 if arch < 80 else 80, kernel, wide, d <= 64)]
+    family = 75 if arch < 80 else 80
+    key = (family, kernel, wide, head_class(d))
+    return TABLE.get(key) or REFUSED[key]
 
 
 def forward_config(arch: int | None, dtype: torch.dtype, d: int) -> LaunchConfig:

@@ -13,7 +13,7 @@ import math
 import torch
 
 from ..checks import check_finite, check_padding_mask, check_whole_number
-from .configs import decoding_config, default_precision, device_arch
+from .configs import check_fits, decoding_config, default_precision, device_arch
 from .flash import (
     LOG2E,
     _as_4d,
@@ -21,6 +21,7 @@ from .flash import (
     _pad_arg,
     check_block,
     check_shapes,
+    launch_grid,
     launch_with_fallback,
 )
 from .triton_env import check_device, check_interpretable, load_kernels
@@ -60,9 +61,11 @@ def split_count(B: int, h_kv: int, T: int, n_sm: int, *, block_n: int = 16,
       ``ceil(n_sm / (B · h_kv))``.
     - ``"waves"``: FlashAttention's ``num_splits_heuristic`` (flash-attn 2, ``flash_api.cpp``):
       one split if ``B · h_kv`` already reaches 80% of the SMs; otherwise the fewest splits
-      whose last wave of programs is at least 85% as full as the best choice's (the wave
-      efficiency ``w / ceil(w)``, ``w = n · B · h_kv / n_sm``), over at most 128 splits and
-      only counts that change the number of key blocks per split.
+      ``n`` whose wave efficiency ``w / ceil(w)`` (``w = n · B · h_kv / n_sm``, the waves of
+      programs) is at least 85% of the best ``n``'s, over at most 128 splits and only counts
+      that change the number of key blocks per split. The efficiency is not the last wave's
+      fill: 16 programs on 132 SMs with 9 splits have efficiency 144/264 (0.55) and a last
+      wave 12/132 (9%) full; the rule takes 8 (one wave, 128/132).
 
     Args:
         B, h_kv: batch size and key/value heads. T: keys per sequence. n_sm: the GPU's SMs.
@@ -161,6 +164,7 @@ def flash_decoding(
     B, h, _, d = q4.shape
     h_kv, T = k4.size(1), k4.size(2)
     arch = device_arch(q.device)
+    check_fits("decode", arch, q.dtype, d)
     cfg = decoding_config(arch, q.dtype, d)
     block_n = cfg.block_n if block_n is None else block_n
     if n_split is None:
@@ -173,16 +177,16 @@ def flash_decoding(
     pad = _pad_arg(padding_mask, q)
 
     def launch(c) -> None:
-        kernels.flash_decoding_split_kernel[(n_split, B * h_kv)](
+        kernels.flash_decoding_split_kernel[(launch_grid(n_split, B * h_kv),)](
             q4, k4, v4, o_part, lse_part, pad, LOG2E / math.sqrt(d), T,
-            h_kv, G, chunk, q4.stride(0), q4.stride(1), *k4.stride()[:3], *v4.stride()[:3],
+            h_kv, G, chunk, n_split, q4.stride(0), q4.stride(1), *k4.stride()[:3], *v4.stride()[:3],
             HAS_PAD=padding_mask is not None, PRECISION=default_precision(arch, q.dtype),
             BLOCK_N=block_n if c is cfg else c.block_n, G_PAD=g_pad(G), D=d, D_PAD=_d_pad(d),
             num_warps=c.num_warps, num_stages=c.num_stages)
 
     launch_with_fallback("decode", launch, cfg, arch, q.dtype, d)
     out = torch.empty((B, h, 1, d), device=q.device, dtype=q.dtype)
-    kernels.flash_decoding_merge_kernel[(B * h,)](
+    kernels.flash_decoding_merge_kernel[(launch_grid(1, B * h),)](
         o_part, lse_part, out, n_split, S_PAD=max(2, 1 << (n_split - 1).bit_length()),
         D=d, D_PAD=_d_pad(d))
     out = out[:, 0] if three_d else out

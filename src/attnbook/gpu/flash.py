@@ -18,6 +18,7 @@ import torch
 from .configs import (
     LaunchConfig,
     backward_config,
+    check_fits,
     default_precision,
     device_arch,
     forward_config,
@@ -63,6 +64,9 @@ def flash_attention(
     Raises:
         ValueError: shapes, dtypes or devices that do not fit together (the message says what
             was expected), block sizes that are not powers of 2, an unknown precision.
+        attnbook.gpu.configs.DoesNotFit: (a ValueError) on a GPU, a head width whose kernel
+            does not fit its shared memory (the backward's too, when an input requires grad),
+            before any launch.
         NotImplementedError: bfloat16 in Triton's interpreter, which computes it wrongly.
 
     Shape:
@@ -72,7 +76,11 @@ def flash_attention(
     check_shapes(q, k, v, padding_mask)
     load_kernels()
     check_interpretable(q.dtype)
-    cfg = forward_config(device_arch(q.device), q.dtype, q.size(-1))
+    arch, d = device_arch(q.device), q.size(-1)
+    check_fits("forward", arch, q.dtype, d)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        check_fits("backward", arch, q.dtype, d)  # refuse now, not after the forward
+    cfg = forward_config(arch, q.dtype, d)
     block_m, block_n = block_m or cfg.block_m, block_n or cfg.block_n
     for name, value in (("block_m", block_m), ("block_n", block_n)):
         check_block(name, value)
@@ -123,6 +131,25 @@ def launch_with_fallback(kernel: str, launch, cfg: LaunchConfig, arch, dtype, d)
             warnings.warn(f"the {kernel} kernel ran out of resources with {cfg} ({err}); "
                           f"retrying with {smaller}", RuntimeWarning, stacklevel=3)
             cfg = smaller
+
+
+MAX_GRID = 2**31 - 1
+"""CUDA's limit on a grid's axis 0 (axes 1 and 2 stop at 65,535, which is why every kernel
+here folds its programs into axis 0)."""
+
+
+def launch_grid(blocks: int, heads: int) -> int:
+    """Programs of a one-axis grid: ``blocks`` per head (fastest) times ``heads`` (batch·head).
+
+    Raises:
+        ValueError: more than :data:`MAX_GRID` programs.
+    """
+    n = blocks * heads
+    if n > MAX_GRID:
+        raise ValueError(f"{blocks} blocks x {heads} (batch, head) pairs = {n} programs, past "
+                         f"CUDA's {MAX_GRID} on a grid's axis 0; use larger blocks or fewer "
+                         "sequences per call")
+    return n
 
 
 def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -176,7 +203,7 @@ def flash_forward(q, k, v, padding_mask, causal, block_m, block_n, precision,
 
     def launch(c: LaunchConfig) -> None:
         bm, bn = (block_m, block_n) if c is cfg else (c.block_m, c.block_n)  # a retry: the row's
-        grid = (math.ceil(T_q / bm), B * h)  # query blocks x (batch, head): all independent
+        grid = (launch_grid(math.ceil(T_q / bm), B * h),)  # (batch·head, query block), one axis
         kernels.flash_forward_kernel[grid](
             q, k, v, out, lse, pad, LOG2E / math.sqrt(d), T_q, T_k, h,
             h // h_kv, *q.stride()[:3], *k.stride()[:3], *v.stride()[:3],
@@ -217,7 +244,7 @@ def flash_backward(dout, q, k, v, out, lse, padding_mask, causal, block_m, block
         bm, bn = (block_m, block_n) if c is cfg else (c.block_m, c.block_n)
         if c is not cfg:  # a retry: the launch that failed may have added to dq
             dq.zero_()
-        grid = (math.ceil(T_k / bn), B * h_kv)  # key blocks x (batch, key/value head)
+        grid = (launch_grid(math.ceil(T_k / bn), B * h_kv),)  # (batch·kv head, key block)
         kernels.flash_backward_kernel[grid](
             q, k, v, dout, lse, delta, dq, dk, dv, pad,
             LOG2E / math.sqrt(d), 1.0 / math.sqrt(d), T_q, T_k, h_kv, h // h_kv,
@@ -247,6 +274,7 @@ class FlashAttention(torch.autograd.Function):
         q, k, v, out, lse, padding_mask = ctx.saved_tensors
         causal, block_m, block_n, precision, three_d = ctx.settings
         dout4 = dout[:, None] if three_d else dout
+        check_fits("backward", device_arch(q.device), q.dtype, q.size(-1))
         cfg = backward_config(device_arch(q.device), q.dtype, q.size(-1))
         grads = flash_backward(dout4, q, k, v, out, lse, padding_mask, causal,
                                min(block_m, cfg.block_m), min(block_n, cfg.block_n),

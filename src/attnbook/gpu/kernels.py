@@ -108,9 +108,13 @@ def flash_forward_kernel(Q, K, V, O, LSE, PAD, qk_scale: tl.float64, T_q, T_k, H
                          D_PAD: tl.constexpr):
     """One program: one block of BLOCK_M queries of one (batch, head), looping over key blocks.
 
-    O (B, h, T_q, D) and LSE (B, h, T_q) are the host's contiguous outputs.
+    O (B, h, T_q, D) and LSE (B, h, T_q) are the host's contiguous outputs. The grid is
+    one axis, query blocks fastest: CUDA caps axes 1 and 2 at 65,535 programs, and B·h alone
+    passes that (B = 4096, h = 32), so (batch·head, query block) are folded into axis 0.
     """
-    pid_m, bh = tl.program_id(0), tl.program_id(1)
+    n_m = tl.cdiv(T_q, BLOCK_M)
+    pid = tl.program_id(0)
+    pid_m, bh = pid % n_m, pid // n_m
     b, a = bh // H, bh % H  # batch, query head
     stride_qt, stride_kt, stride_vt = wide(stride_qt), wide(stride_kt), wide(stride_vt)
     i0 = pid_m * BLOCK_M
@@ -202,9 +206,12 @@ def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale: tl
     dK and dV of the key block stay in registers and sum over the G heads; each query block's
     share of dQ is added to DQ in memory with an atomic add, because many key blocks
     (programs) add to the same rows. DO, DQ (B, h, T_q, D), DK, DV (B, h_kv, T_k, D), LSE and
-    DELTA (B, h, T_q) are the host's contiguous tensors.
+    DELTA (B, h, T_q) are the host's contiguous tensors. One grid axis, key blocks fastest
+    (as the forward's).
     """
-    pid_n, bc = tl.program_id(0), tl.program_id(1)
+    n_n = tl.cdiv(T_k, BLOCK_N)
+    pid = tl.program_id(0)
+    pid_n, bc = pid % n_n, pid // n_n
     b, c = bc // H_KV, bc % H_KV  # batch, key/value head
     stride_qt, stride_kt, stride_vt = wide(stride_qt), wide(stride_kt), wide(stride_vt)
     j0 = pid_n * BLOCK_N
@@ -258,7 +265,7 @@ def flash_backward_kernel(Q, K, V, DO, LSE, DELTA, DQ, DK, DV, PAD, qk_scale: tl
 
 @triton.jit
 def flash_decoding_split_kernel(Q, K, V, O_PART, LSE_PART, PAD, qk_scale: tl.float64, T, H_KV,
-                                G, chunk,
+                                G, chunk, n_split,
                                 stride_qb, stride_qh, stride_kb, stride_kh, stride_kt,
                                 stride_vb, stride_vh, stride_vt,
                                 HAS_PAD: tl.constexpr, PRECISION: tl.constexpr,
@@ -268,10 +275,11 @@ def flash_decoding_split_kernel(Q, K, V, O_PART, LSE_PART, PAD, qk_scale: tl.flo
 
     The G query heads are the rows of one (G_PAD, D_PAD) tile, so each key block is read once
     for all of them and the scores are one ``tl.dot``. O_PART (B, h, n_split, D) and
-    LSE_PART (B, h, n_split) are the host's float32 (or float64) buffers.
+    LSE_PART (B, h, n_split) are the host's float32 (or float64) buffers. One grid axis,
+    splits fastest: ``n_split · B · h_kv`` programs (axis 1 would stop at 65,535).
     """
-    split, bc = tl.program_id(0), tl.program_id(1)
-    n_split = tl.num_programs(0)
+    pid = tl.program_id(0)
+    split, bc = pid % n_split, pid // n_split
     b, c = bc // H_KV, bc % H_KV
     stride_kt, stride_vt = wide(stride_kt), wide(stride_vt)
     heads = tl.arange(0, G_PAD)  # (G_PAD,) row g is query head c * G + g
