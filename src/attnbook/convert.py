@@ -80,7 +80,7 @@ def rope_settings(config, layer_idx: int, head_dim: int) -> dict:
         partial = params.pop("partial_rotary_factor", None)
         scaling = params
         if base is None:
-            _refuse(mt, "rope_parameters", getattr(config, "rope_parameters"),
+            _refuse(mt, "rope_parameters", config.rope_parameters,
                     "it has no 'rope_theta'")
     else:
         base = getattr(config, "rope_theta", None)

@@ -176,7 +176,8 @@ class KVCache:
 
     @classmethod
     def for_module(cls, attn: Attention, batch: int, window: int | None = None) -> KVCache:
-        """A cache that fits ``attn``: its heads, head width, context length, device and dtype."""
+        """A cache that fits ``attn``: its heads, head width, context length, device and dtype
+        (and, with ``window=None``, a module's own sliding window when it fits the context)."""
         check_supported(attn)
         attn = AttentionLayer.of(attn)  # the core module of chapters 0-8: one head of width d
         w = attn.key.weight

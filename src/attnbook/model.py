@@ -27,7 +27,6 @@ from .positions import (
     sinusoidal_table,
 )
 
-
 ATTENTION_OPTIONS = ("bias", "head_dim", "scale", "score_mod", "window", "qk_norm", "sinks",
                      "causal_buffer")
 """The keywords :attr:`TinyConfig.attention` may hand to every layer's attention."""

@@ -19,8 +19,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .checks import check_input, check_padding_mask
-from .layer import AttentionLayer
 from .fused import repeat_kv
+from .layer import AttentionLayer
 from .masks import (
     blocked_positions,
     check_not_lost_to_causal,
@@ -98,9 +98,9 @@ class MultiHeadAttention(AttentionLayer):
         if not causal_buffer and (isinstance(context_length, bool) or context_length < 1):
             raise ValueError(f"context_length must be positive, got {context_length}")
         super().__init__(d_model, context_length if causal_buffer else 1, fused=fused,
-                         position=position, rope_base=rope_base, rope_layout=rope_layout, rope_scaling=rope_scaling,
-                         alibi_slopes=alibi_slopes, rotary_dim=rotary_dim, _heads=n_heads,
-                         _head_dim=head_dim)
+                         position=position, rope_base=rope_base, rope_layout=rope_layout,
+                         rope_scaling=rope_scaling, alibi_slopes=alibi_slopes,
+                         rotary_dim=rotary_dim, _heads=n_heads, _head_dim=head_dim)
         if head_dim is None and (n_heads < 1 or d_model % n_heads != 0):
             raise ValueError(
                 f"n_heads={n_heads} must be a positive divisor of d_model={d_model}: each head "
