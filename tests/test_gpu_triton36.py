@@ -215,7 +215,7 @@ def test_out_of_resources_retries_with_the_next_smaller_launch(monkeypatch):
     assert len(rec.launches) == 1
     _, grid, _, kwargs = rec.launches[0]
     assert kwargs["BLOCK_M"] * kwargs["BLOCK_N"] * kwargs["num_stages"] <= 64 * 64 * 2
-    assert grid == (math.ceil(100 / kwargs["BLOCK_M"]), 2)
+    assert grid == (math.ceil(100 / kwargs["BLOCK_M"]) * 2,)  # (batch·head, block): one axis
     assert "retrying with LaunchConfig" in str(caught[0].message)
     with pytest.raises(triton.runtime.errors.OutOfResources):  # nothing small enough
         record(monkeypatch, lambda: flash.flash_forward(q, q, q, None, True, 16, 16, "ieee"),
@@ -264,4 +264,4 @@ def test_flash_decoding_applies_the_rule_without_n_split(monkeypatch):
     kv = torch.randn(2, 8, 1000, 16)
     rec = record(monkeypatch, lambda: decoding.flash_decoding(q, kv, kv, block_n=64))
     split = [grid for name, grid, _, _ in rec.launches if name == "flash_decoding_split_kernel"]
-    assert split == [(9, 2 * 8)]  # n_split · B·h_kv programs, the rule's 9 splits
+    assert split == [(9 * 2 * 8,)]  # n_split · B·h_kv programs on one axis, the rule's 9 splits
