@@ -108,7 +108,7 @@ def rewrite_index(path: Path, macros: dict[str, str] | None = None) -> bool:
         alltitles.setdefault(plain, []).extend(places)
     index["alltitles"] = alltitles
     if changed:
-        body = json.dumps(index, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+        body = json.dumps(index, separators=(",", ":"), sort_keys=True)
         path.write_text(f"{head}({body}){tail}", encoding="utf-8")
     return changed
 
