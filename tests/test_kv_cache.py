@@ -98,6 +98,32 @@ def test_the_core_module_takes_the_cache_token_by_token(pad):
     torch.testing.assert_close(torch.cat(steps, 1), want, rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("pad", [None, "left", "right"])
+@pytest.mark.parametrize("chunks", [(9,), (4, 1, 1, 3), (2, 3, 4), (1,) * 9])
+def test_cache_step_is_the_layers_step(pad, chunks):
+    """Chapter 12's listing (cache_step, the core module's path) computes what the library's
+    general step computes for the same weights (AttentionLayer), in every chunking."""
+    from attnbook.kv_cache import cache_step
+
+    torch.manual_seed(1)
+    m = Attention(8, 16).double()
+    layer = AttentionLayer.of(m)
+    x = torch.randn(2, 9, 8, dtype=torch.float64)
+    real = {None: None, "left": torch.tensor([[False] * 3 + [True] * 6, [True] * 9]),
+            "right": torch.tensor([[True] * 6 + [False] * 3, [True] * 9])}[pad]
+    mine, general = KVCache.for_module(m, 2), KVCache.for_module(layer, 2)
+    start = 0
+    for t in chunks:
+        piece = slice(start, start + t)
+        r = None if real is None else real[:, piece]
+        a = cache_step(m, x[:, piece], mine, r)
+        b = cached_attention(layer, x[:, piece], general, r)
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-13)
+        assert a.isfinite().all()
+        start += t
+    assert torch.equal(mine.real, general.real) and mine.length == general.length
+
+
 @pytest.mark.parametrize("make", HEADED, ids=IDS)
 @pytest.mark.parametrize("side", [None, "left", "right"])
 @pytest.mark.parametrize("chunks", [(4, 1, 1, 1, 1, 1), (3, 2, 4), (9,)])
@@ -598,3 +624,16 @@ def test_tiny_model_decode_is_step_without_the_checks():
         _assert_same_state(x, y)
     with pytest.raises(ValueError, match="between 0 and vocab_size"):
         model.step(torch.full((2, 1), 16), a)  # the public step still checks
+
+
+def test_generate_with_the_core_module():
+    """generate() on the module of chapters 0-8: cached (cache_step, then the layer's step)
+    equals recomputing, and equals the same weights as an AttentionLayer."""
+    torch.manual_seed(2)
+    m = Attention(8, 16).double()
+    prompt = torch.randn(2, 3, 8, dtype=torch.float64)
+    cached = generate(m, prompt, 5)
+    torch.testing.assert_close(cached, generate(m, prompt, 5, use_cache=False),
+                               rtol=0, atol=1e-12)
+    torch.testing.assert_close(cached, generate(AttentionLayer.of(m), prompt, 5),
+                               rtol=0, atol=1e-13)

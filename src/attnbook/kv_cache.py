@@ -303,10 +303,34 @@ def cached_attention(
         x_new: (B, t, d); padding_mask: (B, t); positions: (t,) or (B, t) -> (B, t, d)
     """
     check_step(attn, x_new, cache, padding_mask)
-    attn = AttentionLayer.of(attn)  # the core module of chapters 0-8: one head of width d
+    if type(attn) is Attention and positions is None and cache.window is None:
+        return cache_step(attn, x_new, cache, padding_mask)  # this chapter's step, nothing more
+    attn = AttentionLayer.of(attn)  # the core module with later options: one head of width d
     if positions is not None:
         positions = check_new_positions(positions, x_new)
     return decode_step(attn, x_new, cache, padding_mask, positions)
+
+
+def cache_step(attn: Attention, x_new: torch.Tensor, cache: KVCache,
+               padding_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Equation (12.2) for t new tokens of the module of chapters 0-8: project, append, attend.
+
+    Shape: x_new (B, t, d), padding_mask (B, t) -> (B, t, d); the cache holds (B, 1, L, d).
+    """
+    t, start = x_new.size(1), cache.length
+    q, k_new, v_new = (f(x_new)[:, None] for f in (attn.query, attn.key, attn.value))
+    cache.append(k_new, v_new, padding_mask)  # (B, 1, t, d) each, after the cached ones
+    L = cache.length
+    k, v = cache.k[:, :, :L], cache.v[:, :, :L]  # every key so far: (B, 1, L, d)
+    keys = key_mask(cache.real[:, :L]) if cache.padded else None  # (B, 1, 1, L)
+    if start == 0:  # prefill: the prompt attends to itself (causal + padding)
+        out = fused_attention(q, k, v, padding_mask)
+    elif t == 1:  # one new token sees every cached key: only padding is masked
+        out = attend(q, k, v, keys)
+    else:  # a chunk: rows start .. start + t of the causal mask (bottom-right)
+        allowed = ~attn.mask[start:L, :L]  # (t, L), True = may attend
+        out = attend(q, k, v, allowed if keys is None else allowed & keys)
+    return out[:, 0]  # (B, t, d)
 
 
 def check_new_positions(positions, x_new: torch.Tensor) -> torch.Tensor:
