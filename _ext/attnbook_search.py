@@ -121,6 +121,16 @@ def rewrite_search_index(app, exception) -> None:
         rewrite_index(path, _macros(app))
 
 
+def drop_stale_domain_indices(app, exception) -> None:
+    """Domain indices are off (html_domain_indices: false); a build over an older output folder
+    would still serve the Proof Index an earlier build wrote (prf-prf.html): remove it."""
+    if exception is None and app.builder.format == "html" and not app.config.html_domain_indices:
+        for stale in Path(app.outdir).glob("*-*.html"):
+            if stale.name in ("prf-prf.html", "py-modindex.html"):
+                stale.unlink()
+
+
 def setup(app):
     app.connect("build-finished", rewrite_search_index)
+    app.connect("build-finished", drop_stale_domain_indices)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "1"}
