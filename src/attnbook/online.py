@@ -404,25 +404,23 @@ def tiled_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     dk = torch.zeros_like(k, dtype=acc_dtype)  # (B, T_k, d)
     dv = torch.zeros_like(v, dtype=acc_dtype)  # (B, T_k, d_v)
     dout_a, out_a = dout.to(acc_dtype), out.to(acc_dtype)
+    D = (dout_a * out_a).sum(dim=-1, keepdim=True)  # (B, T_q, 1): rowsum(dA * A) in closed form
     shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
     for i0 in range(0, T_q, block_size):
         i1 = min(i0 + block_size, T_q)
-        # Scaled as in the forward, so each recomputed score is bit for bit the forward's.
-        qi = q[..., i0:i1, :].to(acc_dtype) * scale  # (B, b, d)
-        doi = dout_a[..., i0:i1, :]  # (B, b, d_v)
-        shift, oi = shift_all[..., i0:i1, :], out_a[..., i0:i1, :]  # (B, b, 1), (B, b, d_v)
+        qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+        shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
         for j0 in range(0, i1 if causal else T_k, block_size):
             j1 = min(j0 + block_size, T_k)
             kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
-            s = qi @ kj.transpose(-2, -1)  # (B, b, b) recomputed, not stored
+            s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
             if blocked is not None:
                 s = s.masked_fill(blocked, NEG_INF)
             p = torch.exp(s - shift)  # (B, b, b) the tile of attention weights
             dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
-            dp = doi @ vj.transpose(-2, -1)  # (B, b, b)
-            ds = p * (dp - _tile_D(p, dp, doi, oi, vj))  # (B, b, b) softmax backward
-            dq_tile, dk_tile = (ds @ kj) * scale, ds.transpose(-2, -1) @ qi  # qi is scaled
+            ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
+            dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
             dv[..., j0:j1, :] += dv_tile
             dq[..., i0:i1, :] += dq_tile
             dk[..., j0:j1, :] += dk_tile
@@ -445,8 +443,7 @@ def tiled_attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`tiled_backward`, and the same loop with a tile trace or a tile plan.
 
-    With ``p = exp(s - lse)`` and ``D_i = dout_i · out_i`` (summed tile by tile so that it is
-    exact for a row with one visible key, see :func:`_tile_D`), a tile contributes
+    With ``p = exp(s - lse)`` and ``D_i = dout_i · out_i``, a tile contributes
     ``dV += pᵀ dout``, ``dS = p * (dout Vᵀ - D)``, ``dQ += dS K / sqrt(d)``,
     ``dK += dSᵀ Q / sqrt(d)``. Nothing of size (T, T) is ever stored. For float16 and bfloat16
     inputs every tile and the three accumulators are float32, cast to the inputs' dtype once.
@@ -475,22 +472,21 @@ def tiled_attention_backward(
     dk = torch.zeros_like(k, dtype=acc_dtype)
     dv = torch.zeros_like(v, dtype=acc_dtype)
     dout_a, out_a = dout.to(acc_dtype), out.to(acc_dtype)
-    if record is not None:  # FlashAttention's D = rowsum(dO ∘ O); each tile splits it, see below
-        record.append({"step": "D", "D": (dout_a * out_a).sum(dim=-1, keepdim=True)})
+    D = (dout_a * out_a).sum(dim=-1, keepdim=True)  # (B, T_q, 1): rowsum(dA * A) in closed form
+    if record is not None:
+        record.append({"step": "D", "D": D.clone()})
     shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
     for i0 in range(0, T_q, block_size):
         i1 = min(i0 + block_size, T_q)
-        # Scaled as in the forward, so each recomputed score is bit for bit the forward's.
-        qi = q[..., i0:i1, :].to(acc_dtype) * scale  # (B, b, d)
-        doi = dout_a[..., i0:i1, :]  # (B, b, d_v)
-        shift, oi = shift_all[..., i0:i1, :], out_a[..., i0:i1, :]  # (B, b, 1), (B, b, d_v)
+        qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+        shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
         for j0 in range(0, i1 if causal and plan is None else T_k, block_size):
             j1 = min(j0 + block_size, T_k)
             kind = None if plan is None else plan.tiles[i0 // block_size][j0 // block_size]
             if kind == BLOCK_EMPTY:  # the forward skipped it: all its weights are 0
                 continue
             kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
-            s = qi @ kj.transpose(-2, -1)  # (B, b, b) recomputed, not stored
+            s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
             score_mod = None if plan is None else plan.score_mod
             s_mod = s if score_mod is None else _score_tile(score_mod, s, i0, i1, j0, j1)
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q, plan, kind)
@@ -498,11 +494,10 @@ def tiled_attention_backward(
                 s_mod = s_mod.masked_fill(blocked, NEG_INF)
             p = torch.exp(s_mod - shift)  # (B, b, b) the tile of attention weights
             dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
-            dp = doi @ vj.transpose(-2, -1)  # (B, b, b)
-            ds = p * (dp - _tile_D(p, dp, doi, oi, vj))  # (B, b, b) softmax backward
+            ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
             if score_mod is not None:  # chain rule through s' = f(s): dS = dS' * f'(s)
                 ds = _score_mod_vjp(score_mod, s, ds, i0, i1, j0, j1)
-            dq_tile, dk_tile = (ds @ kj) * scale, ds.transpose(-2, -1) @ qi  # qi is scaled
+            dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
             dv[..., j0:j1, :] += dv_tile
             dq[..., i0:i1, :] += dq_tile
             dk[..., j0:j1, :] += dk_tile
@@ -530,25 +525,6 @@ class TiledAttention(torch.autograd.Function):
         dq, dk, dv = tiled_attention_backward(dout, q, k, v, out, lse, padding_mask,
                                               ctx.causal, ctx.block_size, plan=ctx.plan)
         return dq, dk, dv, None, None, None, None, None
-
-
-def _tile_D(p: torch.Tensor, dp: torch.Tensor, dout: torch.Tensor, out: torch.Tensor,
-            v: torch.Tensor) -> torch.Tensor:
-    """FlashAttention's ``D = rowsum(dO ∘ O)``, summed as the tile's share plus the rest.
-
-    ``O = p V_tile + (O - p V_tile)``, so ``D = rowsum(p ∘ dP) + rowsum(dO ∘ (O - p V_tile))``:
-    equal to ``rowsum(dO ∘ O)`` up to rounding, still made of ``O`` and ``dO`` only (so a ring
-    chunk's share comes out as before). The first sum is made of the very products ``dP``
-    the tile subtracts ``D`` from. A row with one visible key has ``p = 1`` there and
-    ``O = p V_tile`` exactly, so ``D = dP`` and ``dS = p * (dP - D)`` is exactly 0, as the
-    softmax Jacobian says; ``rowsum(dO ∘ O)`` is a different sum from the matmul's ``dO · v``
-    and rounds differently (about 1e-6 in float32). Costs one (b, b) @ (b, d_v) product.
-
-    Shape:
-        p, dp: (..., b, b_k); dout, out: (..., b, d_v); v: (..., b_k, d_v) -> (..., b, 1)
-    """
-    share = (p.unsqueeze(-2) @ dp.unsqueeze(-1))[..., 0]  # (B, b, 1) row dots, no (b, b) temp
-    return share + (dout * (out - p @ v)).sum(dim=-1, keepdim=True)
 
 
 def _check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
