@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = ("first_head", "mask_widgets", "measure", "notebook", "plotting", "position_lab",
-            "predict", "ring_trace", "saturation", "static_widgets", "tasks", "tile_trace",
-            "train")
+from .._moved import MOVED as _MODULES  # one list: the modules that live here
 
 
 def __getattr__(name: str):
