@@ -171,8 +171,10 @@ def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int
             warmup: int = 2, budget_s: float | None = None) -> dict[str, Timing]:
     """Time several calls interleaved: ``warmup`` untimed rounds, then ``repeats`` timed ones.
 
-    Each round calls every function once, in order, so slow moments of a shared machine fall
-    on all of them alike; ratios of medians from one ``compare`` are the numbers to quote. Two
+    Each round calls every function once, so slow moments of a shared machine fall on all of
+    them alike, and round r starts at the r-th function (a rotation of the order): no function
+    always runs right after the same one, whose cache state or clock it would inherit. Ratios
+    of medians from one ``compare`` are the numbers to quote. Two
     warm-up rounds: the first call picks kernels and allocates, the second finds the allocator
     as every later call will. On CUDA the device is synchronised around each call.
 
@@ -219,8 +221,10 @@ def compare(fns: dict[str, Callable[[], object]], repeats: int = 7, threads: int
                 fn()
         sync()
         begin = time.perf_counter()
+        order = list(fns.items())
         for r in range(repeats):
-            for name, fn in fns.items():
+            k = r % len(order)
+            for name, fn in order[k:] + order[:k]:
                 start = time.perf_counter()
                 fn()
                 sync()
