@@ -82,9 +82,11 @@ def check_programs(answer, B: int, h: int, h_kv: int, T_q: int, T_k: int,
             math.ceil(T_q / block_m) * B * h_kv,
         "T_q // block_m: the last, partial query block needs a program too":
             (T_q // block_m) * B * h,
-        "the count without the heads: the grid has one column per (batch, head)":
+        "the count without the heads: every (batch, head) pair has its own query blocks, "
+        "one program each":
             math.ceil(T_q / block_m) * B,
-        "the count without the batch: the grid has one column per (batch, head)":
+        "the count without the batch: every (batch, head) pair has its own query blocks, "
+        "one program each":
             math.ceil(T_q / block_m) * h,
         "one program per query: each program takes a block of block_m queries": T_q * B * h,
     }
