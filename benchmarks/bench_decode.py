@@ -21,12 +21,13 @@ beside them:
 
 Times come from interleaved repeats on one thread (``attnbook.lab.measure.compare``): each repeat
 runs every row in turn, so a busy moment of this shared machine falls on all rows alike, and
-each timed call runs ``--steps`` steps. The tables set the best repeat of each row against the
-floors, which are best times too (the bandwidth and the dispatch cost are the best repeats of
-their rows in the same rounds): on two cores shared with other programs a repeat is often
-preempted, which the median of a short call catches more often than not (an earlier run at a
-load average of 13 gave medians 1.1 to 15 times the best). The medians are printed beside the
-best times. The load average is printed before and after.
+each timed call runs ``--steps`` steps, and the order of the rows rotates from round to round.
+Every step time, ratio and verdict is a median over the repeats (the book's rule, "How we
+measure"); the best repeat is printed beside it. The floors are best repeats (the bandwidth and
+the dispatch cost of their rows in the same rounds): a floor is the fastest the machine did, so
+a step's median over its floor is at least the ratio the machine allows. A run refuses to save
+when the 1-minute load average at the start exceeds the cores (``--allow-loaded`` marks the file
+not quotable); the load average is printed before and after.
 
     .venv/bin/python benchmarks/bench_decode.py [--repeats 41] [--steps 5] [--no-compile]
     .venv/bin/python benchmarks/bench_decode.py --save benchmarks/bench_decode.md
@@ -287,12 +288,12 @@ def breakdown(mods: dict, repeats: int, steps: int) -> tuple[str, str, str, dict
             nbytes[name, L] = step_bytes(name, mod, caches, L)
     t = compare(calls | dispatch_calls() | memory_calls(), repeats, threads=1, warmup=1)
     m = dispatch_cost(t) | bandwidth(t)
-    step = {key: t[key].min / steps_per_call(key[0], steps) for key in calls}
-    median = {key: t[key].median / steps_per_call(key[0], steps) for key in calls}
+    step = {key: t[key].median / steps_per_call(key[0], steps) for key in calls}
+    best = {key: t[key].min / steps_per_call(key[0], steps) for key in calls}
     lines = [f"### Cached step against its floors, B={B}, d={D}, float32, 1 thread",
              "",
-             f"One new token per step after L cached ones; the best of {repeats} interleaved "
-             f"repeats of {steps} steps ({steps_per_call('tiny model', steps)} for the tiny "
+             f"One new token per step after L cached ones; the median (and the best) of "
+             f"{repeats} interleaved repeats of {steps} steps ({steps_per_call('tiny model', steps)} for the tiny "
              "model), each after a step on the same cache. "
              f"Dispatch, timed in the same rounds: {m['per_op'] * 1e6:.2f} µs per almost "
              f"empty operation (add_ on 1 element), {m['per_view'] * 1e6:.2f} µs per view. "
@@ -310,7 +311,7 @@ def breakdown(mods: dict, repeats: int, steps: int) -> tuple[str, str, str, dict
             f = floors(counts[key], nbytes[name, L], m["per_op"], m["per_view"], m["read_bw"],
                        m["cache_bw"])
             lines.append(
-                f"| {name} | {L} | {step[key] * 1e6:.1f} (median {median[key] * 1e6:.0f}) | "
+                f"| {name} | {L} | {step[key] * 1e6:.1f} (best {best[key] * 1e6:.0f}) | "
                 f"{counts[key]['ops']} ({counts[key]['views']}) | {f['dispatch'] * 1e6:.1f} | "
                 f"{nbytes[name, L] / 1024:.0f} | {f['memory'] * 1e6:.1f} | "
                 f"{f['in_cache'] * 1e6:.1f} | {step[key] / f['dispatch']:.2f} | "
@@ -322,7 +323,7 @@ def breakdown(mods: dict, repeats: int, steps: int) -> tuple[str, str, str, dict
             "checks its input every time (`cached_attention`, `TinyModel.step`); the bare "
             "operations are a step of the attention modules with no library around them "
             "(projections, two cache writes, SDPA, the merge). Library overhead = hot step − "
-            "bare operations. Times from the rounds of the table above.", "",
+            "bare operations. Medians from the rounds of the table above.", "",
             "| generator | hot step (µs) | checked step (µs) | bare operations (µs) "
             "| hot ops | checked ops | bare ops | library overhead (µs) |",
             "|---|---|---|---|---|---|---|---|"]
@@ -355,20 +356,20 @@ def batching(model: TinyModel, m: dict, repeats: int, steps: int) -> str:
         nbytes[b] = step_bytes("tiny model", model, caches, L)
     t = compare(calls | dispatch_calls(), repeats, threads=1, warmup=1)
     m = m | dispatch_cost(t)
-    base = t[1].min
+    base = t[1].median
     lines = [f"### Batching: the tiny model's step at cache length {L}, 1 thread", "",
-             f"The best of {repeats} interleaved repeats of {steps} step(s), each after a step "
-             "on the same caches. Each sequence "
+             f"The median (and the best) of {repeats} interleaved repeats of {steps} step(s), "
+             "each after a step on the same caches. Each sequence "
              "of the batch has its own cache; the weights are read once per step "
              f"for all of them. Dispatch, timed in the same rounds: {m['per_op'] * 1e6:.2f} µs "
              "per almost empty operation.", "",
              "| batch | step (µs) | tokens/s | step vs batch 1 | dispatch floor (µs) "
              "| memory bound (µs) | in-cache bound (µs) |", "|---|---|---|---|---|---|---|"]
     for b in BATCHES:
-        s = t[b].min / steps
+        s = t[b].median / steps
         f = floors(counts[b], nbytes[b], m["per_op"], m["per_view"], m["read_bw"], m["cache_bw"])
-        lines.append(f"| {b} | {s * 1e6:.0f} (median {t[b].median / steps * 1e6:.0f}) | "
-                     f"{b / s:,.0f} | {t[b].min / base:.2f} | {f['dispatch'] * 1e6:.0f} | "
+        lines.append(f"| {b} | {s * 1e6:.0f} (best {t[b].min / steps * 1e6:.0f}) | "
+                     f"{b / s:,.0f} | {t[b].median / base:.2f} | {f['dispatch'] * 1e6:.0f} | "
                      f"{f['memory'] * 1e6:.1f} | {f['in_cache'] * 1e6:.1f} |")
     return "\n".join(lines)
 
@@ -410,8 +411,8 @@ def compiled(attn: Attention, step_hot: Callable, repeats: int, steps: int) -> s
         return call
     t = compare({"library": step_hot, "eager": run(eager), "compiled": run(fn)}, repeats,
                 threads=1, warmup=1)
-    lib, ea, co = (t[k].min / steps for k in ("library", "eager", "compiled"))
-    med = {k: f"(median {t[k].median / steps * 1e6:.0f})" for k in t}
+    lib, ea, co = (t[k].median / steps for k in ("library", "eager", "compiled"))
+    med = {k: f"(best {t[k].min / steps * 1e6:.0f})" for k in t}
     pays = "yes" if co < 0.9 * lib else "NO"
     return "\n".join([
         f"### Compiled step: one head, static cache of {cache.capacity} slots, "

@@ -36,40 +36,50 @@ def _rows(prefix: str, suffix: str) -> dict[int, float]:
 
 
 def test_chapter9_states_the_measured_slopes():
-    """Fig. 9.1: 'local slope ... a to b up to T = 1024 ... c to d beyond', pasted from the run;
-    in words: below slope 2 while fixed costs weigh, above it beyond."""
-    short, long = "explicit_slope.up_to_T1024", "explicit_slope.beyond_T1024"
-    assert VALUES[f"{short}.max"] < 2 < VALUES[f"{long}.min"]
+    """Fig. 9.1's dropdown: 'local slope a to b up to T = 1024' (below 2: fixed costs weigh), then
+    the step from 1024 to 2048, where the (T, T) tensors outgrow what the allocator keeps, above 2
+    in both modes, and the step from 2048 to 4096 pasted without a claim; all from the run."""
+    short = "explicit_slope.up_to_T1024"
+    cross = ("explicit_slope.fwd.T2048", "explicit_slope.fwd_bwd.T2048")
+    last = ("explicit_slope.fwd.T4096", "explicit_slope.fwd_bwd.T4096")
+    assert VALUES[f"{short}.max"] < 2 < min(VALUES[k] for k in cross)
     page = _page("09_cost.md")
-    for key in (f"{short}.min", f"{short}.max", f"{long}.min", f"{long}.max"):
+    for key in (f"{short}.min", f"{short}.max", *cross, *last):
         assert _pastes(page, key), key
+    assert "unexplained" in page
     slopes = [v for k, v in VALUES.items() if re.match(r"explicit_slope\.fwd(_bwd)?\.T\d+$", k)]
     assert len(slopes) == 8  # four steps between five lengths, two modes
 
 
 def test_chapter9_small_peak_memory_entries_are_noise():
-    """'How we measure' (cited by §9.4): 'at T = 128 some of its forward+backward entries read
-    X MiB, below what the call allocates': a forward+backward entry below every forward entry of
-    the same length (the forward+backward call allocates at least what the forward does)."""
-    assert VALUES["memory.d64.T128.fwd_bwd.min"] < VALUES["memory.d64.T128.fwd.min"]
+    """'How we measure' (cited by §9.4): 'its smallest forward entry reads X MiB, below the 0.5 MiB
+    that the call's Q, K, V and output alone take' (four (B, T, d) float32 tensors)."""
+    B, T, d = 4, 128, 64
+    allocated = 4 * B * T * d * 4 / 2**20
+    assert allocated == 0.5
+    assert VALUES["memory.d64.T128.fwd.min"] < allocated
     page = _page("how_we_measure.md")
-    assert _pastes(page, "memory.d64.T128.fwd_bwd.min")
-    assert "some of its forward+backward entries read" in page
+    assert _pastes(page, "memory.d64.T128.fwd.min")
+    assert "its smallest forward entry" in page and "0.5 MiB" in page
 
 
-def test_chapter11_fused_forward_ratios_are_all_above_one():
-    """§11.9: every forward ratio of the fused path to SDPA is above 1, from a to b, and the
-    benchmark's <= 1.1x target is not met (or the page would say so)."""
+def test_chapter11_calls_the_fused_path_and_sdpa_indistinguishable():
+    """§11.9: the fused path's forward ratios to raw SDPA are pasted from the run as a range, and
+    the page claims no direction for them (the wrapper's few microseconds are below the noise of
+    a millisecond call; the lab measures the wrapper at T = 16); the benchmark's target verdict is
+    pasted, whichever it is."""
     ratios = _rows("time_fwd", "fused.ratio")
     target = "targets.fused_vs_sdpa"
     page = _page("11_fused.md")
-    assert len(ratios) == 5 and min(ratios.values()) > 1
+    assert len(ratios) == 5
     assert VALUES["fused_over_sdpa.fwd.min"] == min(ratios.values())
     assert VALUES["fused_over_sdpa.fwd.max"] == max(ratios.values())
-    assert "every forward ratio is above 1" in page
+    assert "indistinguishable" in page and "every forward ratio is above 1" not in page
     assert _pastes(page, "fused_over_sdpa.fwd.min") and _pastes(page, "fused_over_sdpa.fwd.max")
-    assert VALUES[f"{target}.met"] == "NO" and _pastes(page, f"{target}.met")
-    assert VALUES[f"{target}.worst"] > VALUES[f"{target}.limit"]
+    assert _pastes(page, f"{target}.met") and VALUES[f"{target}.met"] in ("yes", "NO")
+    assert (VALUES[f"{target}.met"] == "NO") == (VALUES[f"{target}.worst"]
+                                                  > VALUES[f"{target}.limit"])
+    assert "fused_wrapper_us" in page
 
 
 def test_chapter10_does_not_claim_a_direction_for_the_benchmark_ratios():
@@ -82,13 +92,10 @@ def test_chapter10_does_not_claim_a_direction_for_the_benchmark_ratios():
     assert VALUES["online_over_sdpa.fwd.T_ge_512.max"] == max(ratios.values())
     assert _pastes(page, "online_over_sdpa.fwd.T_ge_512.min")
     assert _pastes(page, "online_over_sdpa.fwd.T_ge_512.max")
-    # 'on one thread each, the ratio is lower at every T'
-    two = _rows("time_fwd", "online.ratio")
-    one = _rows("one_thread_fwd", "online_sdpa")
-    assert one.keys() == two.keys()
-    for T in one:
-        assert one[T] < two[T], T
-    assert "on one thread each, the ratio is lower at every $T$" in page
+    # no direction between one and two threads either: both pasted at T = 1024
+    assert "ratio is lower at every" not in page
+    assert _pastes(page, "time_fwd.d64.T1024.online.ratio")
+    assert _pastes(page, "one_thread_fwd.d64.T1024.online_sdpa")
 
 
 @pytest.mark.parametrize("table", ["time_fwd", "time_fwd_bwd", "padded_fwd", "padded_fwd_bwd",
