@@ -40,6 +40,8 @@ from transformers import (
     LlamaModel,
     MistralConfig,
     MistralModel,
+    Olmo2Config,
+    Olmo2Model,
     PhiConfig,
     PhiModel,
     Qwen2Config,
@@ -98,6 +100,8 @@ FAMILIES = {
     "gpt_neox": (GPTNeoXModel, GPTNeoXConfig(**{k: v for k, v in SMALL.items()
                                                 if k != "num_key_value_heads"},
                                              rotary_pct=0.25, attention_bias=True)),
+    # QK-norm over the whole projection (h * d_h and h_kv * d_h features), with biases
+    "olmo2": (Olmo2Model, Olmo2Config(**SMALL, attention_bias=True)),
     # sinks, biases, yarn with truncate=False, a sliding layer
     "gpt_oss": (GptOssModel, GptOssConfig(**{**SMALL, "intermediate_size": 8}, head_dim=6,
                                           num_local_experts=2, num_experts_per_tok=1,
@@ -311,6 +315,11 @@ def loop_reference(m, x, pad=None):
     v = m.value(x).view(B, T, h_kv, d_h)
     if m.q_norm is not None:
         def rms(t, w, eps):
+            if m.qk_norm_over == "projection":  # over all heads' features at once
+                return rms_all(t.flatten(-2), w, eps).view(t.shape)
+            return rms_all(t, w, eps)
+
+        def rms_all(t, w, eps):
             return t / torch.sqrt((t * t).mean(-1, keepdim=True) + eps) * w
         q, k = rms(q, m.q_norm.weight, m.q_norm.eps), rms(k, m.k_norm.weight, m.k_norm.eps)
     out = torch.zeros(B, T, h, d_h, dtype=x.dtype)
@@ -344,6 +353,7 @@ OPTIONS = [
     dict(score_mod=softcap_mod(2.0)),
     dict(window=3),
     dict(qk_norm=1e-6),
+    dict(qk_norm=1e-6, qk_norm_over="projection"),
     dict(sinks=True),
     dict(causal_buffer=False),
     dict(bias=("query", "out"), head_dim=6, scale=0.3, score_mod=softcap_mod(2.0), window=3,
@@ -401,6 +411,7 @@ def test_defaults_draw_what_the_plain_module_drew():
     (dict(scale=-1.0), "scale"),
     (dict(window=0), "window"),
     (dict(qk_norm=True), "qk_norm"),
+    (dict(qk_norm=1e-6, qk_norm_over="heads"), "qk_norm_over"),
     (dict(sinks=1), "sinks"),
 ])
 def test_option_refusals_name_the_option(kwargs, match):
@@ -522,3 +533,43 @@ def test_gemma3_with_vision_converts_through_its_text_config():
     outer = SimpleNamespace(model_type="gemma3", text_config=text)
     a, b = (from_transformers(model.layers[1].self_attn, c) for c in (outer, text))
     assert a.extra_repr() == b.extra_repr() and a.rope_scaling == b.rope_scaling
+
+
+def test_olmo2_qk_norm_spans_the_projection():
+    """OLMo 2's RMSNorm weights are h * d_h and h_kv * d_h wide: the converter asks for
+    qk_norm_over="projection", and one head's q then depends on the other heads' features."""
+    model, config = build("olmo2")
+    m = from_transformers(attn_of(model.layers[0]), config)
+    assert m.qk_norm_over == "projection"
+    assert m.q_norm.weight.shape == (4 * 8,) and m.k_norm.weight.shape == (2 * 8,)
+    per_head = from_transformers(attn_of(build("qwen3")[0].layers[0]), FAMILIES["qwen3"][1])
+    assert per_head.qk_norm_over == "head"
+    q = torch.randn(1, 4, 3, 8, dtype=F64)
+    q2 = q.clone()
+    q2[:, 1] *= 3.0  # another head's features change
+    with torch.no_grad():
+        assert diff(m.norm_qk(q, q[:, :2])[0][:, 0], m.norm_qk(q2, q2[:, :2])[0][:, 0]) > 1e-3
+
+
+def test_dynamic_hint_says_what_transformers_reads():
+    """transformers 4.57 takes dynamic's L from max_position_embeddings and never reads the
+    dict's original_max_position_embeddings: changing the key changes nothing there, changing
+    max_position_embeddings does. The refusal's hint says so; yarn's and llama3's say theirs."""
+    def freqs(mpe, original):
+        c = LlamaConfig(**{**SMALL, "max_position_embeddings": mpe}, rope_scaling={
+            "rope_type": "dynamic", "factor": 2.0, "original_max_position_embeddings": original})
+        return ROPE_INIT_FUNCTIONS["dynamic"](c, "cpu", seq_len=40)[0]
+
+    assert torch.equal(freqs(24, 16), freqs(24, 3))
+    assert not torch.equal(freqs(24, 16), freqs(30, 16))
+    with pytest.raises(ValueError, match="never reads this key for dynamic scaling: its L is "
+                                         "the model config's max_position_embeddings"):
+        MultiHeadAttention(8, 16, 2, position="rope",
+                           rope_scaling={"rope_type": "dynamic", "factor": 2.0})
+    with pytest.raises(ValueError, match="when the dict lacks it, takes the model config's"):
+        MultiHeadAttention(8, 16, 2, position="rope",
+                           rope_scaling={"rope_type": "yarn", "factor": 2.0})
+    with pytest.raises(ValueError, match="requires it in the dict too"):
+        MultiHeadAttention(8, 16, 2, position="rope", rope_scaling={
+            "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0})

@@ -19,7 +19,9 @@ query_pre_attn_scalar (layer.scaling)      scale (Gemma 2 and 3)
 attn_logit_softcapping                     score_mod = softcap_mod(cap) (Gemma 2)
 sliding_window, layer_types                window (Mistral: every layer; Gemma 2/3, Qwen:
                                            the layers marked "sliding_attention")
-q_norm, k_norm, rms_norm_eps               qk_norm (Qwen3; Gemma 3 stores weight - 1)
+q_norm, k_norm, rms_norm_eps               qk_norm (Qwen3; Gemma 3 stores weight - 1);
+                                           qk_norm_over="projection" when the norm spans
+                                           all heads (OLMo 2: h * d_h and h_kv * d_h)
 sinks                                      sinks (gpt-oss)
 rope_theta, rope_scaling (transformers 4)  position="rope", rope_base, rope_scaling
 rope_parameters (transformers 5)           the same, read from one dict (per layer type
@@ -44,7 +46,7 @@ from .multihead import MultiHeadAttention
 from .positions import _ROPE_TYPE_KEYS
 
 FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3", "gemma3_text",
-            "phi", "gpt_neox", "gpt_oss")
+            "phi", "gpt_neox", "gpt_oss", "olmo2")
 """The ``config.model_type`` values :func:`from_transformers` converts."""
 
 FIELDS = ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -200,10 +202,13 @@ def from_transformers(layer: torch.nn.Module, config, layer_idx: int | None = No
         window = getattr(config, "sliding_window", None)
     elif kind == "sliding_attention":
         window = getattr(layer, "sliding_window", None) or config.sliding_window
-    qk_norm = None
+    qk_norm, qk_norm_over = None, "head"
     if getattr(layer, "q_norm", None) is not None:
         qk_norm = float(getattr(layer.q_norm, "variance_epsilon",
                                 getattr(layer.q_norm, "eps", None)))
+        # OLMo 2's RMSNorm spans the whole projection (h * d_h features), not one head
+        if layer.q_norm.weight.numel() != d_h:
+            qk_norm_over = "projection"
     sinks = getattr(layer, "sinks", None)
     rope = rope_settings(config, layer_idx, d_h)
     T = config.max_position_embeddings if context_length is None else context_length
@@ -212,7 +217,8 @@ def from_transformers(layer: torch.nn.Module, config, layer_idx: int | None = No
         m = MultiHeadAttention(
         d, T, h, fused=fused, n_kv_heads=h_kv, position="rope", bias=biases or False,
         head_dim=d_h, scale=scale, score_mod=None if cap is None else softcap_mod(float(cap)),
-        window=window, qk_norm=qk_norm, sinks=sinks is not None, causal_buffer=False, **rope)
+        window=window, qk_norm=qk_norm, qk_norm_over=qk_norm_over, sinks=sinks is not None,
+        causal_buffer=False, **rope)
     state = {"query.weight": q_w, "key.weight": k_w, "value.weight": v_w,
              "out.weight": o.weight}
     for name, b in zip(("query", "key", "value", "out"), (q_b, k_b, v_b, o.bias)):

@@ -67,6 +67,9 @@ class MultiHeadAttention(AttentionLayer):
             the KV cache (Mistral; Gemma 2's sliding layers); fused with SDPA when asked.
         qk_norm: RMSNorm's eps: each head's q and k are normalised (``q_norm``, ``k_norm``,
             weights of width d_head) before RoPE (Qwen3, Gemma 3).
+        qk_norm_over: what one RMSNorm spans: ``"head"`` (each head's d_head features, as
+            above) or ``"projection"`` (the whole projection, h * d_head features of q and
+            h_kv * d_head of k, weights of those widths: OLMo 2).
         sinks: one learned logit per head in the softmax's denominator (gpt-oss).
         causal_buffer: False keeps no (context_length, context_length) ``mask`` in the
             state_dict; the causal rule is computed from token indices.
@@ -92,8 +95,11 @@ class MultiHeadAttention(AttentionLayer):
                  *, alibi_slopes=None, rotary_dim: int | None = None,
                  bias=False, head_dim: int | None = None, scale: float | None = None,
                  score_mod=None, window: int | None = None, qk_norm: float | None = None,
-                 sinks: bool = False, causal_buffer: bool = True):
+                 qk_norm_over: str = "head", sinks: bool = False, causal_buffer: bool = True):
         check_real_options(n_heads, bias, head_dim, scale, score_mod, window, qk_norm, sinks)
+        if qk_norm_over not in QK_NORM_OVER:
+            raise ValueError(f"qk_norm_over must be one of {QK_NORM_OVER} (one RMSNorm per head, "
+                             f"or over the whole projection as OLMo 2), got {qk_norm_over!r}")
         # Without the (T, T) buffer the causal rule is computed from token indices (visible).
         if not causal_buffer and (isinstance(context_length, bool) or context_length < 1):
             raise ValueError(f"context_length must be positive, got {context_length}")
@@ -144,9 +150,12 @@ class MultiHeadAttention(AttentionLayer):
         # and one learned sink logit per head in the softmax's denominator (gpt-oss).
         self.scale, self.score_mod, self.window = scale, score_mod, window
         self.q_norm = self.k_norm = self.sinks = None
+        self.qk_norm_over = qk_norm_over
         if qk_norm is not None:
-            self.q_norm = nn.RMSNorm(self.d_head, eps=qk_norm)
-            self.k_norm = nn.RMSNorm(self.d_head, eps=qk_norm)
+            # OLMo 2 normalises the whole projection: h * d_h features of q, h_kv * d_h of k.
+            whole = qk_norm_over == "projection"
+            self.q_norm = nn.RMSNorm(self.d_head * (n_heads if whole else 1), eps=qk_norm)
+            self.k_norm = nn.RMSNorm(self.d_head * (n_kv_heads if whole else 1), eps=qk_norm)
         if sinks:
             self.sinks = nn.Parameter(torch.zeros(n_heads))
 
@@ -240,14 +249,19 @@ class MultiHeadAttention(AttentionLayer):
     # score_mod, a sliding window and sink logits. None is on by default.
 
     def norm_qk(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """QK-norm: RMSNorm over each head's d_h features of q and k (Qwen3, Gemma 3).
+        """QK-norm: RMSNorm over each head's d_h features of q and k (Qwen3, Gemma 3), or
+        over the whole projection, all heads' features at once (OLMo 2).
 
         Shape:
             q: (B, h, T, d_h), k: (B, h_kv, T, d_h) -> the same
         """
         if self.q_norm is None:
             return q, k
-        return self.q_norm(q), self.k_norm(k)
+        if self.qk_norm_over == "head":
+            return self.q_norm(q), self.k_norm(k)
+        # the projection's features side by side again, normalised, and split back into heads
+        return (self.split_heads(self.q_norm(self.merge_heads(q))),
+                self.split_heads(self.k_norm(self.merge_heads(k))))
 
     @property
     def real_options(self) -> bool:
@@ -353,6 +367,7 @@ class MultiHeadAttention(AttentionLayer):
 
 
 PROJECTIONS = ("query", "key", "value", "out")
+QK_NORM_OVER = ("head", "projection")
 
 
 def projection_biases(bias) -> tuple[str, ...]:

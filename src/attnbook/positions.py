@@ -97,6 +97,18 @@ def _rope_type(scaling: dict) -> str:
     return kind
 
 
+# Where transformers 4.57 takes the training length L of each type (modeling_rope_utils), for the
+# error that asks for it: here L is always the dict's original_max_position_embeddings.
+_L_HINTS = {
+    "dynamic": " (transformers 4.57 never reads this key for dynamic scaling: its L is the model "
+               "config's max_position_embeddings, whatever the dict says; "
+               "attnbook.convert.from_transformers copies that value in; here it must be given)",
+    "yarn": " (transformers reads it from the dict and, when the dict lacks it, takes the model "
+            "config's max_position_embeddings; here it must be given)",
+    "llama3": " (transformers requires it in the dict too)",
+}
+
+
 def _check_rope_dict(scaling: dict) -> None:
     kind = _rope_type(scaling)
     if kind not in _ROPE_TYPE_KEYS:
@@ -106,9 +118,7 @@ def _check_rope_dict(scaling: dict) -> None:
     keys = set(scaling) - {"rope_type", "type"}
     missing = [k for k in need if k not in keys]
     if missing:
-        hint = (" (transformers takes L from the model config's max_position_embeddings when "
-                "the dict lacks it; here it must be given)"
-                if "original_max_position_embeddings" in missing else "")
+        hint = (_L_HINTS[kind] if "original_max_position_embeddings" in missing else "")
         raise ValueError(f"rope_scaling of type {kind!r} needs the keys {list(need)}; missing "
                          f"{missing} in {scaling!r}{hint}")
     extra = sorted(keys - set(need) - set(may))
