@@ -408,19 +408,19 @@ def tiled_backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torc
     shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
     for i0 in range(0, T_q, block_size):
         i1 = min(i0 + block_size, T_q)
-        qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+        qi, doi = q[..., i0:i1, :].to(acc_dtype) * scale, dout_a[..., i0:i1, :]  # as forward
         shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
         for j0 in range(0, i1 if causal else T_k, block_size):
             j1 = min(j0 + block_size, T_k)
             kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
-            s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
+            s = qi @ kj.transpose(-2, -1)  # (B, b, b) the forward's scores, bit for bit
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q)
             if blocked is not None:
                 s = s.masked_fill(blocked, NEG_INF)
             p = torch.exp(s - shift)  # (B, b, b) the tile of attention weights
-            dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
-            ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
-            dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
+            dv_tile, dp = p.transpose(-2, -1) @ doi, doi @ vj.transpose(-2, -1)  # dV's, dP's tile
+            ds = torch.where(p == 1, 0.0, p * (dp - Di))  # softmax backward; p = 1: dS = 0 exactly
+            dq_tile, dk_tile = (ds @ kj) * scale, ds.transpose(-2, -1) @ qi  # qi is scaled
             dv[..., j0:j1, :] += dv_tile
             dq[..., i0:i1, :] += dq_tile
             dk[..., j0:j1, :] += dk_tile
@@ -447,6 +447,16 @@ def tiled_attention_backward(
     ``dV += pᵀ dout``, ``dS = p * (dout Vᵀ - D)``, ``dQ += dS K / sqrt(d)``,
     ``dK += dSᵀ Q / sqrt(d)``. Nothing of size (T, T) is ever stored. For float16 and bfloat16
     inputs every tile and the three accumulators are float32, cast to the inputs' dtype once.
+
+    Two details keep a row with one visible key exact (its ``dS`` is 0: the softmax's Jacobian
+    ``p (1 - p)`` vanishes at ``p = 1``). Scores are recomputed as the forward formed them,
+    ``(q / sqrt(d)) Kᵀ``, so ``p = exp(s - lse)`` is exactly 1 there (and ``dV`` exact). And
+    where ``p == 1`` the tile sets ``dS = 0`` instead of ``p * (dP - D)``: ``D`` is summed
+    from ``dout ∘ out``, a different order of the same products as the matmul's ``dP``, and
+    their difference would be rounding noise (about 1e-6 in float32), not 0. ``p == 1`` in
+    floating point means the row's other weights sum to less than one rounding step of 1, so
+    the exact ``dS = Σₖ p_k (dP_j - dP_k)`` is below the rounding of ``dP`` itself. The guard is
+    elementwise: the tile still costs five products, as FlashAttention-2's does.
 
     ``record``, if a list, receives ``{"step": "D", "D": ...}`` before the loop, then one dict
     per tile, in loop order (query blocks outside), with ``i0, i1, j0, j1`` and the tile's
@@ -478,7 +488,7 @@ def tiled_attention_backward(
     shift_all = _finite(lse.to(acc_dtype))  # an empty row has all s = -inf: p = exp(-inf - 0) = 0
     for i0 in range(0, T_q, block_size):
         i1 = min(i0 + block_size, T_q)
-        qi, doi = q[..., i0:i1, :].to(acc_dtype), dout_a[..., i0:i1, :]  # (B, b, d), (B, b, d_v)
+        qi, doi = q[..., i0:i1, :].to(acc_dtype) * scale, dout_a[..., i0:i1, :]  # as forward
         shift, Di = shift_all[..., i0:i1, :], D[..., i0:i1, :]  # (B, b, 1) each
         for j0 in range(0, i1 if causal and plan is None else T_k, block_size):
             j1 = min(j0 + block_size, T_k)
@@ -486,18 +496,18 @@ def tiled_attention_backward(
             if kind == BLOCK_EMPTY:  # the forward skipped it: all its weights are 0
                 continue
             kj, vj = k[..., j0:j1, :].to(acc_dtype), v[..., j0:j1, :].to(acc_dtype)
-            s = (qi @ kj.transpose(-2, -1)) * scale  # (B, b, b) recomputed, not stored
+            s = qi @ kj.transpose(-2, -1)  # (B, b, b) the forward's scores, bit for bit
             score_mod = None if plan is None else plan.score_mod
             s_mod = s if score_mod is None else _score_tile(score_mod, s, i0, i1, j0, j1)
             blocked = _tile_blocked(i0, i1, j0, j1, padding_mask, causal, q, plan, kind)
             if blocked is not None:
                 s_mod = s_mod.masked_fill(blocked, NEG_INF)
             p = torch.exp(s_mod - shift)  # (B, b, b) the tile of attention weights
-            dv_tile = p.transpose(-2, -1) @ doi  # (B, b, d_v)
-            ds = p * (doi @ vj.transpose(-2, -1) - Di)  # (B, b, b) softmax backward
+            dv_tile, dp = p.transpose(-2, -1) @ doi, doi @ vj.transpose(-2, -1)  # dV's, dP's tile
+            ds = torch.where(p == 1, 0.0, p * (dp - Di))  # softmax backward; p = 1: dS = 0 exactly
             if score_mod is not None:  # chain rule through s' = f(s): dS = dS' * f'(s)
                 ds = _score_mod_vjp(score_mod, s, ds, i0, i1, j0, j1)
-            dq_tile, dk_tile = (ds @ kj) * scale, (ds.transpose(-2, -1) @ qi) * scale
+            dq_tile, dk_tile = (ds @ kj) * scale, ds.transpose(-2, -1) @ qi  # qi is scaled
             dv[..., j0:j1, :] += dv_tile
             dq[..., i0:i1, :] += dq_tile
             dk[..., j0:j1, :] += dk_tile
