@@ -175,6 +175,9 @@ def check_alibi_slopes(answer, h: int) -> Feedback:
             2.0 ** (-8 * i / h),
         "i counted from 0: the first head's slope would be 1, and the last head misses "
         "2^(-8)": rule(lambda j, p: 2.0 ** (-8 * (j - 1) / p)),
+        "i counted from 0 in the slopes of the power of two n: the first head's slope would "
+        "be 1; count i = 1 .. n (the added slopes of 2n are right)":
+            torch.cat([2.0 ** (-8 * torch.arange(n, dtype=torch.float64) / n), right[n:]]),
         "2^(-i/h) without the 8: the slopes span only a factor 2":
             rule(lambda j, p: 2.0 ** (-j / p)),
         "the slopes in reverse order: head 1 has the steepest slope, 2^(-8/n)": right.flip(0),

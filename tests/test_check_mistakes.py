@@ -1,0 +1,361 @@
+"""Typical wrong answers, run through the labs' checks as a student meets them (issue 48, item 4).
+
+Each entry is a function a student could write for an exercise, as notebook source: it runs in
+a namespace of its own (as a notebook's, ``__name__ == "__main__"``), is called on the lab's
+visible input, and the check's verdict is what the notebook would print: the plain check on
+that input, then the grade's rules (:func:`attnbook.exercises.practice_verdict`: method limits,
+required names, a second input). A mistake counts as *named* when the verdict holds the phrase
+that names it; a mistake no message names is listed with ``None`` and must still fail.
+
+``python tests/test_check_mistakes.py`` prints, per lab, how many mistakes are named.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pytest
+import torch
+
+from attnbook.exercises import Feedback, mask_functions, positions, practice_verdict
+
+
+@dataclass(frozen=True)
+class Mistake:
+    lab: str
+    check: str  # the check's name in the module's GRADED
+    label: str  # the mistake, in a few words
+    source: str  # the student's function (and imports), as typed in the notebook
+    named: str | None  # a phrase of the verdict that names it; None: no message names it
+
+
+# The labs' visible inputs (the exercise cells of labs 20 and 21).
+PAIR = torch.tensor([1.0, 0.5], dtype=torch.float64)
+M, THETA = 3, 10000.0 ** (-2 * 1 / 8)
+QV, KV = torch.randn(2, 8, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+Q_POS, K_POS = torch.arange(6, 10), torch.arange(10)
+W = torch.randn(16, 12, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+DOC = torch.tensor([0, 0, 1, 1, 1, 1, 1, 2, 2])
+CACHED = torch.arange(6)[:, None] + 4 >= torch.arange(10)[None, :]
+SCORES3 = torch.tensor([-80.0, -30.0, -5.0, 0.0, 5.0, 30.0, 80.0], dtype=torch.float64)
+
+VISIBLE = {  # check -> (module, the lab's call of the function, the check's other arguments)
+    "check_rotate_pair": (positions, (PAIR, M, THETA), (PAIR, M, THETA)),
+    "check_relative_scores": (positions, (QV, KV, Q_POS, K_POS), (QV, KV, Q_POS, K_POS)),
+    "check_to_half": (positions, (W, 2), (W, 2)),
+    "check_alibi_slopes": (positions, (6,), (6,)),
+    "check_document_mod": (mask_functions, (DOC, 3), (DOC, 3)),
+    "check_tile_counts": (mask_functions, (CACHED, 2, 4), (CACHED, 2, 4)),
+    "check_softcap_grad": (mask_functions, (SCORES3, 50.0), (SCORES3, 50.0)),
+}
+
+L20, L21 = "20_positions", "21_mask_functions"
+
+
+def _rotate(body: str) -> str:
+    return f"def rotate_pair(pair, m, theta):\n{body}\n"
+
+
+def _rope(q_at: str, k_at: str, tail: str = "Q @ K.T", layout: str = "") -> str:
+    return ("from attnbook.positions import apply_rope\n"
+            "def rope_scores(q, k, q_pos, k_pos):\n"
+            f"    Q = apply_rope(q.expand(len(q_pos), -1), {q_at}{layout})\n"
+            f"    K = apply_rope(k.expand(len(k_pos), -1), {k_at}{layout})\n"
+            f"    return {tail}\n")
+
+
+def _half(order: str, body: str = "weight.reshape(n_heads, d_h, d_in)[:, order]"
+          ".reshape(rows, d_in)") -> str:
+    return ("def interleaved_to_half(weight, n_heads):\n"
+            "    rows, d_in = weight.shape\n"
+            "    d_h = rows // n_heads\n"
+            f"    order = {order}\n"
+            f"    return {body}\n")
+
+
+def _slopes(body: str) -> str:
+    return ("def head_slopes(h):\n"
+            "    n = 2 ** int(math.log2(h))\n"
+            f"{body}\n"
+            "    return torch.tensor(slopes, dtype=torch.float64)\n")
+
+
+def _doc(condition: str) -> str:
+    return ("from attnbook.exercises.mask_functions import allowed_matrix\n"
+            "def document_window_allowed(document_ids, w):\n"
+            "    def mod(b, h, q_idx, kv_idx):\n"
+            "        back = q_idx - kv_idx\n"
+            "        same = document_ids[q_idx] == document_ids[kv_idx]\n"
+            f"        return {condition}\n"
+            "    return allowed_matrix(mod, T=len(document_ids))\n")
+
+
+def _tiles(rows: str = "allowed.shape[0]", cols: str = "allowed.shape[1]", bm: str = "block_m",
+           bn: str = "block_n", kind: str = "0 if not tile.any() else 2 if tile.all() else 1",
+           ) -> str:
+    return ("def tile_counts(allowed, block_m, block_n):\n"
+            "    counts = [0, 0, 0]\n"
+            f"    for i0 in range(0, {rows}, {bm}):\n"
+            f"        for j0 in range(0, {cols}, {bn}):\n"
+            f"            tile = allowed[i0:i0 + {bm}, j0:j0 + {bn}]\n"
+            f"            counts[{kind}] += 1\n"
+            "    return counts\n")
+
+
+def _softcap(expr: str) -> str:
+    return f"def softcap_grad(scores, cap):\n    return {expr}\n"
+
+
+ROT = "    c, s = math.cos(m * theta), math.sin(m * theta)\n"
+HALVES = "list(range(0, d_h, 2)) + list(range(1, d_h, 2))"
+
+MISTAKES = [
+    # Lab 20, Exercise 1: rotate one pair.
+    Mistake(L20, "check_rotate_pair", "clockwise", _rotate(
+        ROT + "    return torch.stack([c * pair[0] + s * pair[1], -s * pair[0] + c * pair[1]])"),
+        "a rotation the other way"),
+    Mistake(L20, "check_rotate_pair", "angle theta", _rotate(
+        "    c, s = math.cos(theta), math.sin(theta)\n"
+        "    return torch.stack([c * pair[0] - s * pair[1], s * pair[0] + c * pair[1]])"),
+        "a rotation by θ alone"),
+    Mistake(L20, "check_rotate_pair", "cos and sin swapped", _rotate(
+        ROT + "    return torch.stack([s * pair[0] - c * pair[1], c * pair[0] + s * pair[1]])"),
+        "cos and sin swapped"),
+    Mistake(L20, "check_rotate_pair", "unrotated", _rotate("    return pair.clone()"),
+            "the pair unrotated"),
+    Mistake(L20, "check_rotate_pair", "(m + 1) theta", _rotate(
+        "    c, s = math.cos((m + 1) * theta), math.sin((m + 1) * theta)\n"
+        "    return torch.stack([c * pair[0] - s * pair[1], s * pair[0] + c * pair[1]])"),
+        "(m + 1)·θ"),
+    Mistake(L20, "check_rotate_pair", "apply_rope under another name",
+            "from attnbook import apply_rope as turn\n" + _rotate(
+                "    x = torch.zeros(1, 8, dtype=pair.dtype)  # pair 1 of width 8 turns by theta\n"
+                "    x[0, 2:4] = pair\n"
+                "    return turn(x, torch.tensor([m]), layout='interleaved')[0, 2:4]"),
+            "uses apply_rope"),
+    Mistake(L20, "check_rotate_pair", "the angle in degrees", _rotate(
+        "    a = math.radians(m * theta)\n"
+        "    c, s = math.cos(a), math.sin(a)\n"
+        "    return torch.stack([c * pair[0] - s * pair[1], s * pair[0] + c * pair[1]])"),
+        None),
+    # Lab 20, Exercise 2: rotary scores after a cache.
+    Mistake(L20, "check_relative_scores", "no rotation", _rope("q_pos", "k_pos", tail=(
+        "q.expand(len(q_pos), -1) @ k.expand(len(k_pos), -1).T")), "no rotation at all"),
+    Mistake(L20, "check_relative_scores", "query only", _rope("q_pos", "k_pos", tail=(
+        "Q @ k.expand(len(k_pos), -1).T")), "only the query rotated"),
+    Mistake(L20, "check_relative_scores", "key only", _rope("q_pos", "k_pos", tail=(
+        "q.expand(len(q_pos), -1) @ K.T")), "only the key rotated"),
+    Mistake(L20, "check_relative_scores", "transpose", _rope("q_pos", "k_pos", tail="K @ Q.T"),
+            "the transpose"),
+    Mistake(L20, "check_relative_scores", "query at its row number",
+            _rope("torch.arange(len(q_pos))", "k_pos"), "not to its position q_pos[i]"),
+    Mistake(L20, "check_relative_scores", "key at its column number",
+            _rope("q_pos", "torch.arange(len(k_pos))"), "not to its position k_pos[j]"),
+    Mistake(L20, "check_relative_scores", "both at row and column numbers",
+            _rope("torch.arange(len(q_pos))", "torch.arange(len(k_pos))"),
+            "row and column numbers"),
+    Mistake(L20, "check_relative_scores", "interleaved layout",
+            _rope("q_pos", "k_pos", layout=", layout='interleaved'"), "the interleaved layout"),
+    Mistake(L20, "check_relative_scores", "the wrong way", _rope("-q_pos", "-k_pos"),
+            "rotations the wrong way"),
+    Mistake(L20, "check_relative_scores", "divided by sqrt(d_h)",
+            _rope("q_pos", "k_pos", tail="Q @ K.T / math.sqrt(q.numel())"),
+            "divided by sqrt(d_h)"),
+    # Lab 20, Exercise 3: interleaved to half layout.
+    Mistake(L20, "check_to_half", "one permutation over all rows", _half(
+        "list(range(0, rows, 2)) + list(range(1, rows, 2))", body="weight[order]"),
+        "one permutation over all the rows"),
+    Mistake(L20, "check_to_half", "inverse permutation", _half(
+        "[i // 2 + (d_h // 2) * (i % 2) for i in range(d_h)]"), "the inverse permutation"),
+    Mistake(L20, "check_to_half", "unchanged", _half(HALVES, body="weight.clone()"),
+            "the weight unchanged"),
+    Mistake(L20, "check_to_half", "columns reordered", _half(
+        "list(range(0, d_in, 2)) + list(range(1, d_in, 2))", body="weight[:, order]"),
+        "the columns (input features) reordered"),
+    Mistake(L20, "check_to_half", "odd features first", _half(
+        "list(range(1, d_h, 2)) + list(range(0, d_h, 2))"), None),
+    # Lab 20, Exercise 4: ALiBi's slopes for any h.
+    Mistake(L20, "check_alibi_slopes", "2^(-8i/h) for any h", _slopes(
+        "    slopes = [2.0 ** (-8 * i / h) for i in range(1, h + 1)]"),
+        "with h not a power of two"),
+    Mistake(L20, "check_alibi_slopes", "i from 0", _slopes(
+        "    slopes = [2.0 ** (-8 * i / n) for i in range(n)]\n"
+        "    slopes += [2.0 ** (-8 * i / (2 * n)) for i in range(0, 2 * (h - n), 2)]"),
+        "i counted from 0"),
+    Mistake(L20, "check_alibi_slopes", "i from 0 in n's slopes only", _slopes(
+        "    slopes = [2.0 ** (-8 * i / n) for i in range(n)]\n"
+        "    slopes += [2.0 ** (-8 * i / (2 * n)) for i in range(1, 2 * (h - n), 2)]"),
+        "i counted from 0 in the slopes of the power of two"),
+    Mistake(L20, "check_alibi_slopes", "without the 8", _slopes(
+        "    slopes = [2.0 ** (-i / n) for i in range(1, n + 1)]\n"
+        "    slopes += [2.0 ** (-i / (2 * n)) for i in range(1, 2 * (h - n), 2)]"),
+        "without the 8"),
+    Mistake(L20, "check_alibi_slopes", "reverse order", _slopes(
+        "    slopes = [2.0 ** (-8 * i / n) for i in range(1, n + 1)]\n"
+        "    slopes += [2.0 ** (-8 * i / (2 * n)) for i in range(1, 2 * (h - n), 2)]\n"
+        "    slopes = slopes[::-1]"), "the slopes in reverse order"),
+    Mistake(L20, "check_alibi_slopes", "2^(-8/i)", _slopes(
+        "    slopes = [2.0 ** (-8 / i) for i in range(1, n + 1)]\n"
+        "    slopes += [2.0 ** (-8 / i) for i in range(1, 2 * (h - n), 2)]"),
+        "2^(-8/i)"),
+    Mistake(L20, "check_alibi_slopes", "first h - n of 2n", _slopes(
+        "    slopes = [2.0 ** (-8 * i / n) for i in range(1, n + 1)]\n"
+        "    slopes += [2.0 ** (-8 * i / (2 * n)) for i in range(1, h - n + 1)]"),
+        "the first h - n slopes of 2n"),
+    Mistake(L20, "check_alibi_slopes", "even-numbered of 2n", _slopes(
+        "    slopes = [2.0 ** (-8 * i / n) for i in range(1, n + 1)]\n"
+        "    slopes += [2.0 ** (-8 * i / (2 * n)) for i in range(2, 2 * (h - n) + 1, 2)]"),
+        "the even-numbered slopes of 2n"),
+    Mistake(L20, "check_alibi_slopes", "added slopes first", _slopes(
+        "    slopes = [2.0 ** (-8 * i / (2 * n)) for i in range(1, 2 * (h - n), 2)]\n"
+        "    slopes += [2.0 ** (-8 * i / n) for i in range(1, n + 1)]"),
+        "the added slopes of 2n put first"),
+    Mistake(L20, "check_alibi_slopes", "next power of two, cut", _slopes(
+        "    n2 = 2 * n if n < h else n\n"
+        "    slopes = [2.0 ** (-8 * i / n2) for i in range(1, h + 1)]"),
+        "the slopes of the next power of two"),
+    Mistake(L20, "check_alibi_slopes", "sorted steepest first", _slopes(
+        "    slopes = [2.0 ** (-8 * i / n) for i in range(1, n + 1)]\n"
+        "    slopes += [2.0 ** (-8 * i / (2 * n)) for i in range(1, 2 * (h - n), 2)]\n"
+        "    slopes = sorted(slopes, reverse=True)"), "the slopes sorted"),
+    Mistake(L20, "check_alibi_slopes", "alibi_slopes under another name",
+            "from attnbook.positions import alibi_slopes as paper\n"
+            "def head_slopes(h):\n"
+            "    return paper(h, dtype=torch.float64)\n", "uses alibi_slopes"),
+    # Lab 21, Exercise 1: a document mask with a window, through allowed_matrix.
+    Mistake(L21, "check_document_mod", "same document alone", _doc("same & (back < w)"),
+            "the same-document test alone"),
+    Mistake(L21, "check_document_mod", "causal alone", _doc("(back >= 0) & (back < w)"),
+            "the causal mask alone"),
+    Mistake(L21, "check_document_mod", "the blocked set",
+            _doc("~(same & (back >= 0) & (back < w))"), "the blocked set"),
+    Mistake(L21, "check_document_mod", "strict inequality",
+            _doc("same & (back > 0) & (back < w)"), "a strict inequality"),
+    Mistake(L21, "check_document_mod", "same or earlier document", _doc(
+        "(document_ids[kv_idx] <= document_ids[q_idx]) & (back >= 0) & (back < w)"),
+        "keys of the same or an earlier document"),
+    Mistake(L21, "check_document_mod", "position against document id", _doc(
+        "(q_idx == document_ids[kv_idx]) & (back >= 0) & (back < w)"),
+        "the query's position compared with the key's document id"),
+    Mistake(L21, "check_document_mod", "no window", _doc("same & (back >= 0)"),
+            "the document mask without the window"),
+    Mistake(L21, "check_document_mod", "window one too wide",
+            _doc("same & (back >= 0) & (back <= w)"), "a window one key too wide"),
+    Mistake(L21, "check_document_mod", "window one too narrow",
+            _doc("same & (back >= 0) & (back < w - 1)"), "a window one key too narrow"),
+    Mistake(L21, "check_document_mod", "window on both sides",
+            _doc("same & (back.abs() < w)"), "a window on both sides"),
+    Mistake(L21, "check_document_mod", "multiplied, not bool",
+            _doc("same * (back >= 0) * (back < w) * 1"), "must return bool"),
+    Mistake(L21, "check_document_mod", "without allowed_matrix",
+            "def document_window_allowed(document_ids, w):\n"
+            "    i = torch.arange(len(document_ids))\n"
+            "    back = i[:, None] - i[None, :]\n"
+            "    same = document_ids[:, None] == document_ids[None, :]\n"
+            "    return same & (back >= 0) & (back < w)\n", "does not use allowed_matrix"),
+    Mistake(L21, "check_document_mod", "a tensor passed as the mask_mod",
+            "from attnbook.exercises.mask_functions import allowed_matrix\n"
+            "def document_window_allowed(document_ids, w):\n"
+            "    i = torch.arange(len(document_ids))\n"
+            "    back = i[:, None] - i[None, :]\n"
+            "    same = document_ids[:, None] == document_ids[None, :]\n"
+            "    return allowed_matrix(same & (back >= 0) & (back < w), T=len(document_ids))\n",
+            "allowed_matrix takes a mask_mod"),
+    # Lab 21, Exercise 2: empty, partial and full tiles.
+    Mistake(L21, "check_tile_counts", "entries, not tiles",
+            "def tile_counts(allowed, block_m, block_n):\n"
+            "    return [int((~allowed).sum()), 0, int(allowed.sum())]\n",
+            "the counts of blocked (empty), mixed and allowed entries"),
+    Mistake(L21, "check_tile_counts", "full and empty swapped",
+            _tiles(kind="2 if not tile.any() else 0 if tile.all() else 1"),
+            "full and empty swapped"),
+    Mistake(L21, "check_tile_counts", "partial counted as full",
+            _tiles(kind="0 if not tile.any() else 2"), "partial tiles counted as full"),
+    Mistake(L21, "check_tile_counts", "partial counted as empty",
+            _tiles(kind="2 if tile.all() else 0"), "partial tiles counted as empty"),
+    Mistake(L21, "check_tile_counts", "last tiles left out",
+            _tiles(rows="allowed.shape[0] // block_m * block_m",
+                   cols="allowed.shape[1] // block_n * block_n"), "the last, shorter tiles"),
+    Mistake(L21, "check_tile_counts", "b_m and b_n swapped", _tiles(bm="block_n", bn="block_m"),
+            "b_m and b_n swapped"),
+    Mistake(L21, "check_tile_counts", "T_q for both axes", _tiles(cols="allowed.shape[0]"),
+            "used for both axes"),
+    Mistake(L21, "check_tile_counts", "order [empty, full, partial]",
+            _tiles(kind="0 if not tile.any() else 1 if tile.all() else 2"), None),
+    # Lab 21, Exercise 3: the derivative of softcapping.
+    Mistake(L21, "check_softcap_grad", "the capped score",
+            _softcap("cap * torch.tanh(scores / cap)"), "the softcapped score itself"),
+    Mistake(L21, "check_softcap_grad", "tanh' at s", _softcap("1 - torch.tanh(scores) ** 2"),
+            "tanh's derivative at s, not at s / cap"),
+    Mistake(L21, "check_softcap_grad", "no square", _softcap("1 - torch.tanh(scores / cap)"),
+            "without the square"),
+    Mistake(L21, "check_softcap_grad", "extra 1 / cap",
+            _softcap("(1 - torch.tanh(scores / cap) ** 2) / cap"), "an extra 1 / cap"),
+    Mistake(L21, "check_softcap_grad", "outer cap kept",
+            _softcap("cap * (1 - torch.tanh(scores / cap) ** 2)"), "the outer factor cap"),
+    Mistake(L21, "check_softcap_grad", "all ones", _softcap("torch.ones_like(scores)"),
+            "all ones"),
+    Mistake(L21, "check_softcap_grad", "autograd", (
+        "def softcap_grad(scores, cap):\n"
+        "    s = scores.detach().clone().requires_grad_()\n"
+        "    (cap * torch.tanh(s / cap)).sum().backward()\n"
+        "    return s.grad\n"), "uses backward"),
+    Mistake(L21, "check_softcap_grad", "sech squared at s / cap, in float32", _softcap(
+        "(1 / torch.cosh(scores.float() / cap) ** 2)"), None),
+]
+
+
+def verdict(m: Mistake):
+    """What the notebook's check prints for ``m``: the check on the lab's input, then the
+    grade's rules (method limits, required names, a second input)."""
+    module, call, check_args = VISIBLE[m.check]
+    spec = module.GRADED[m.check]
+    namespace = {"__name__": "__main__", "torch": torch, "math": math}
+    exec(compile(m.source, f"<{m.label}>", "exec"), namespace)  # noqa: S102
+    try:
+        answer = namespace[spec.function](*call)
+    except Exception as err:  # noqa: BLE001 (the notebook shows the error's message)
+        return Feedback(False, f"{type(err).__name__}: {err}")
+    return practice_verdict(spec, spec.check(answer, *check_args), namespace)
+
+
+@pytest.mark.parametrize("m", MISTAKES, ids=lambda m: f"{m.lab[:2]}-{m.label}")
+def test_a_typical_mistake_fails_and_is_named(m):
+    v = verdict(m)
+    assert not v.ok, (m.label, v.message)
+    if m.named is not None:
+        assert m.named in v.message, (m.label, v.message)
+        assert "typed in" not in v.message, (m.label, v.message)
+
+
+def counts() -> dict[str, tuple[int, int]]:
+    """lab -> (mistakes a message names, mistakes tried)."""
+    out: dict[str, tuple[int, int]] = {}
+    for m in MISTAKES:
+        named, tried = out.get(m.lab, (0, 0))
+        out[m.lab] = (named + (m.named is not None), tried + 1)
+    return out
+
+
+def test_most_typical_mistakes_are_named():
+    for lab, (named, tried) in counts().items():
+        assert named >= 0.85 * tried, (lab, named, tried)
+
+
+def test_the_right_answers_pass():
+    """The book's solutions pass the same harness (so a failure above is the mistake's)."""
+    from conftest import book_solutions
+
+    for lab in (L20, L21):
+        for check, fn in book_solutions(lab).items():
+            module, call, check_args = VISIBLE[check]
+            spec = module.GRADED[check]
+            namespace = {"__name__": "__main__", spec.function: fn}
+            v = practice_verdict(spec, spec.check(fn(*call), *check_args), namespace)
+            assert v.ok, (check, v.message)
+
+
+if __name__ == "__main__":
+    for lab, (named, tried) in counts().items():
+        print(f"{lab}: {named} of {tried} typical mistakes named")
