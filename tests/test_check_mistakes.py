@@ -282,7 +282,8 @@ MISTAKES = [
     Mistake(L21, "check_tile_counts", "T_q for both axes", _tiles(cols="allowed.shape[0]"),
             "used for both axes"),
     Mistake(L21, "check_tile_counts", "order [empty, full, partial]",
-            _tiles(kind="0 if not tile.any() else 1 if tile.all() else 2"), None),
+            _tiles(kind="0 if not tile.any() else 1 if tile.all() else 2"),
+            "the right three counts in another order"),
     # Lab 21, Exercise 3: the derivative of softcapping.
     Mistake(L21, "check_softcap_grad", "the capped score",
             _softcap("cap * torch.tanh(scores / cap)"), "the softcapped score itself"),
@@ -302,7 +303,7 @@ MISTAKES = [
         "    (cap * torch.tanh(s / cap)).sum().backward()\n"
         "    return s.grad\n"), "uses backward"),
     Mistake(L21, "check_softcap_grad", "sech squared at s / cap, in float32", _softcap(
-        "(1 / torch.cosh(scores.float() / cap) ** 2)"), None),
+        "(1 / torch.cosh(scores.float() / cap) ** 2)"), "right only to float32's precision"),
 ]
 
 
@@ -327,6 +328,21 @@ def test_a_typical_mistake_fails_and_is_named(m):
     if m.named is not None:
         assert m.named in v.message, (m.label, v.message)
         assert "typed in" not in v.message, (m.label, v.message)
+
+
+def test_low_precision_is_named_not_called_typed_in():
+    """An answer computed in float32 for a float64 input is named as such, not 'differs by up
+    to 1e-7' (which the second input's 'typed in?' made worse); a float32 answer that is simply
+    wrong is not."""
+    from attnbook.exercises import check_tensor
+
+    right = torch.linspace(-3, 3, 7, dtype=torch.float64).tanh()
+    close = right.float() + 1e-7
+    v = check_tensor(close, right, name="y", atol=1e-9, rtol=1e-9)
+    assert not v.ok and not v.generic and "right only to float32's precision" in v.message
+    v = check_tensor((right + 0.1).float(), right, name="y", atol=1e-9, rtol=1e-9)
+    assert v.generic and "differs by up to" in v.message
+    assert check_tensor(right + 1e-7, right, name="y", atol=1e-9, rtol=1e-9).generic
 
 
 def counts() -> dict[str, tuple[int, int]]:

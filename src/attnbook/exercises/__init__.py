@@ -78,6 +78,15 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
     if answer.shape != expected.shape:
         return Feedback(False, f"Not yet: {name} has shape {tuple(answer.shape)}, "
                                f"expected {tuple(expected.shape)}.", generic=True)
+    low = _low_precision(given, expected)
+    if low and same_values(answer, expected, atol=64 * torch.finfo(low).eps
+                           * max(1.0, expected.double().abs().max().item()),
+                           rtol=64 * torch.finfo(low).eps):
+        err = (answer.double() - expected.double()).abs().max().item()
+        kind = str(low).removeprefix("torch.")
+        return Feedback(False, f"Not yet: {name} is right only to {kind}'s precision (off by "
+                               f"up to {err:.2g}): it was computed in {kind}. Keep the "
+                               f"inputs' float64 (no .float() or float32 tensors of your own).")
     if torch.isnan(answer).any() and not torch.isnan(expected).any():
         return Feedback(False, f"Not yet: {name} contains NaN.", generic=True)
     if expected.dtype == torch.bool:  # a mask: how many entries differ, and where
@@ -106,6 +115,14 @@ def check_tensor(answer, expected: torch.Tensor, mistakes: Mapping[str, torch.Te
     err = (answer.double() - expected.double()).nan_to_num(nan=float("inf")).abs().max().item()
     return Feedback(False, f"Not yet: {name} has the right shape but differs by up to {err:.3g}.",
                     generic=True)
+
+
+def _low_precision(given, expected: torch.Tensor) -> torch.dtype | None:
+    """The dtype of a float ``given`` tensor less precise than float64 ``expected``, else None."""
+    if isinstance(given, torch.Tensor) and expected.dtype == torch.float64 \
+            and given.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        return given.dtype
+    return None
 
 
 def _bool_difference(answer: torch.Tensor, expected: torch.Tensor, name: str) -> str:
