@@ -66,7 +66,8 @@ print("ATTNBOOK-REPORT " + _json.dumps({
     "attnbook": _attnbook.__file__,
     "cwd": _os.getcwd(),
     "versions": {_m: getattr(_sys.modules.get(_m), "__version__", None)
-                 for _m in ("torch", "numpy", "matplotlib", "ipywidgets", "triton")},
+                 for _m in ("torch", "numpy", "matplotlib", "ipywidgets", "triton",
+                            "transformers")},
     "modules": sorted({getattr(m, "__file__", None) or "" for m in list(_sys.modules.values())}),
 }))
 """
@@ -366,6 +367,10 @@ def test_lab_runs_with_colab_versions(path, colab_runs, wheel_site):
                  and not Path(m).resolve().is_relative_to(venv)]
     assert not from_repo, f"modules imported from the repository: {from_repo}"
     assert report["versions"]["ipywidgets"].startswith("7."), report["versions"]
+    # Lab 22 builds its models with Colab's transformers (5.x), not the pinned 4.57.1.
+    if report["versions"]["transformers"] is not None:
+        pinned = re.search(r"^transformers==(\S+)", COLAB_REQUIREMENTS.read_text(), re.M).group(1)
+        assert report["versions"]["transformers"] == pinned, report["versions"]
     # No Triton there (as on macOS, Windows and Colab's CPU runtime): kernel cells say so.
     ran = nbformat.read(result["workdir"] / path.name, as_version=4)
     marked = [c for c in ran.cells if c.cell_type == "code" and c.source.startswith("%%triton")]

@@ -46,7 +46,7 @@ NOT_TERMS_CAPS = {
     "MFLOP", "GFLOP",
     # models, papers and serving systems named as examples
     "GPT", "BERT", "RoPE", "ALiBi", "vLLM", "StreamingLLM",
-    "RoFormer", "BLOOM", "MPT", "DeepSeek",
+    "RoFormer", "BLOOM", "MPT", "DeepSeek", "OLMo",
     # logical operators and standards written in capitals
     "AND", "OR", "NOT", "IEEE",
 }

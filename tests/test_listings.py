@@ -2,7 +2,7 @@
 
 A chapter shows the code it derives, and longer code or a later chapter's feature sits in a
 collapsed block (a dropdown admonition, a toggle, a closed <details>) or behind a link to the
-source. Counted on each chapter page of the built site (book/00 to book/21): the code blocks a
+source. Counted on each chapter page of the built site (book/00 to book/22): the code blocks a
 reader sees without opening anything, notebook outputs left out, in non-blank lines. Each page
 must have
 
@@ -96,6 +96,8 @@ LATER_NAMES: dict[str, int] = {
     "flex_attention": 21,
     "and_mods": 21,
     "or_mods": 21,
+    # Ch. 22: the attention of real models.
+    "from_transformers": 22,
 }
 # Identifiers that hold a listed word but not the later feature.
 NOT_LATER = {"empty_cache", "lru_cache", "cache_clear", "cache_size_limit"}
