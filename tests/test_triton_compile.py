@@ -209,3 +209,28 @@ def test_differences_names_what_another_release_compiles_differently():
     assert differences(row39, row39) == ""
     with pytest.raises(ValueError, match="not the same launch"):
         differences(row39, {**row39, "block_m": row39["block_m"] * 2})
+
+
+def test_t4_occupancy_from_the_records():
+    """Fast: no compilation. What a T4's SM holds at once (ch. 17-18), from both releases'
+    records: every 16-bit forward and backward launch one program (8 warps); the float32 forward
+    at d = 64 two, with its 16-key blocks, where 64 x 32 would need 256 B over half the SM."""
+    from attnbook.gpu.compile_check import recorded_table, t4_occupancy
+
+    # The arithmetic: 128 registers x 32 threads x 8 warps is half the SM's 65,536 registers;
+    # 129 rounds up to 136 per thread (4,352 per warp), and a second program no longer fits.
+    row = {"arch": 75, "registers": 128, "num_warps": 8, "shared": 32 * 1024}
+    assert t4_occupancy(row) == {"programs": 2, "warps": 16,
+                                 "limits": ["registers", "shared memory"]}
+    assert t4_occupancy({**row, "registers": 129})["programs"] == 1
+    assert t4_occupancy({**row, "shared": 32 * 1024 + 256})["limits"] == ["shared memory"]
+    with pytest.raises(ValueError, match="sm75"):
+        t4_occupancy({**row, "arch": 80})
+    for version in ("3.9.0", "3.6.0"):
+        t4 = [r for r in recorded_table(version) if r["arch"] == 75 and r["fits"]]
+        for r in t4:
+            if r["kernel"] in ("forward", "backward") and r["dtype"] != "fp32":
+                assert t4_occupancy(r)["programs"] == 1 and r["num_warps"] == 8, r
+        fwd32 = [r for r in t4 if (r["kernel"], r["dtype"], r["d"]) == ("forward", "fp32", 64)]
+        assert len(fwd32) == 1 and (fwd32[0]["block_m"], fwd32[0]["block_n"]) == (64, 16)
+        assert t4_occupancy(fwd32[0]) == {"programs": 2, "warps": 16, "limits": ["shared memory"]}

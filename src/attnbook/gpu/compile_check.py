@@ -346,6 +346,35 @@ def differences(row: dict, other: dict) -> str:
     return ", ".join(out)
 
 
+T4_SM = {"registers": 65_536, "shared memory": 65_536, "threads": 1_024, "programs": 16}
+"""What one SM of a T4 (compute capability 7.5) holds at once: 32-bit registers, bytes of shared
+memory, threads (32 warps) and resident blocks (CUDA C Programming Guide, "Technical
+Specifications per Compute Capability")."""
+
+
+def t4_occupancy(row: dict) -> dict:
+    """How many programs of a T4 launch (a row of :func:`compile_table`) one SM runs at once.
+
+    Registers are given to each warp of 32 threads in units of 256 (the guide's allocation
+    granularity on sm75), so a program takes ``warps · ⌈32 · registers / 256⌉ · 256``; the SM
+    also bounds the shared memory, threads and programs it holds.
+
+    Returns:
+        ``{"programs": n, "warps": n · num_warps, "limits": [what allows no more]}``, the
+        limits among "registers", "shared memory", "threads" and "programs".
+    """
+    if row["arch"] != 75:
+        raise ValueError(f"t4_occupancy takes sm75 rows, not sm{row['arch']}")
+    warp_registers = -(-32 * row["registers"] // 256) * 256
+    fits = {"registers": T4_SM["registers"] // (warp_registers * row["num_warps"]),
+            "shared memory": T4_SM["shared memory"] // max(row["shared"], 1),
+            "threads": T4_SM["threads"] // (32 * row["num_warps"]),
+            "programs": T4_SM["programs"]}
+    n = min(fits.values())
+    return {"programs": n, "warps": n * row["num_warps"],
+            "limits": [k for k, v in fits.items() if v == n]}
+
+
 def _case_dict(case: Case) -> dict:
     out = asdict(case)
     out.update(out.pop("config"))

@@ -59,12 +59,15 @@ def device_arch(device: torch.device) -> int | None:
 # up to 64, 128 or 256 (d = 80 and 96 run 128-wide tiles, the extra columns masked). sm86 and
 # sm89 (99 KB per block) use sm80's rows, which the compile check holds to 99 KB too, except
 # where REFUSED says otherwise. Below sm80 tl.dot is FMA, register-hungry: eight warps share
-# the tile, and the blocks are small enough that nothing spills at fp16.
+# the tile, and the blocks are small enough that nothing spills at fp16. A T4's SM then holds
+# one 16-bit program at a time (200-250 registers per thread; compile_check.t4_occupancy); the
+# float32 forward at d = 64 takes 16-key blocks so that two programs fit its shared memory
+# (24 KiB each; 64 x 32 needs 32.25 KiB, one program per SM).
 TABLE = {
     (75, "forward", False, 64): LaunchConfig(64, 32, 8, 2),
     (75, "forward", False, 128): LaunchConfig(32, 32, 8, 1),
     (75, "forward", False, 256): LaunchConfig(16, 32, 8, 1),
-    (75, "forward", True, 64): LaunchConfig(64, 32, 8, 1),
+    (75, "forward", True, 64): LaunchConfig(64, 16, 8, 1),
     (75, "forward", True, 128): LaunchConfig(32, 32, 8, 1),
     (75, "forward", True, 256): LaunchConfig(16, 16, 8, 1),
     (75, "backward", False, 64): LaunchConfig(32, 32, 8, 1),
