@@ -153,3 +153,117 @@ def test_dynamic_equals_ntk_in_every_seed(values):
             values, table, "rope_ntk2", "2t")
         assert _per_seed(values, table, "rope_dynamic_f1", "4t") == _per_seed(
             values, table, "rope_ntk4", "4t")
+
+
+# -- the comparisons chapter 20 draws from the seeds -----------------------------------------
+
+def _stat(values: dict, arm: str, length: str, what: str, table: str = "acc") -> float:
+    return values[f"{table}.{arm}.{length}.{what}"]
+
+
+def test_the_schemes_as_the_page_compares_them(values):
+    blind = _pct(glued("20_positions.ipynb")["pos_set_acc"])
+    for arm in ("learned", "sinusoidal", "rope"):
+        assert _stat(values, arm, "t", "min") >= 99  # solve the task at T, every seed
+    assert _stat(values, "sinusoidal", "2t", "max") < 50  # fails past T
+    # RoPE keeps part of the task past T, a part that varies with the seed
+    assert _stat(values, "rope", "2t", "min") > _stat(values, "none", "2t", "max")
+    assert _stat(values, "rope", "2t", "max") < 90
+    assert _stat(values, "rope", "2t", "max") - _stat(values, "rope", "2t", "min") > 10
+    # the rule's slopes: about no positions, about the best predictor blind to order
+    for arm in ("alibi", "none"):
+        assert abs(_stat(values, arm, "t", "mean") - blind) < 2
+    # 1/2, 1/4: part of the task, about as much at 4T as at T
+    assert 40 < _stat(values, "alibi_mid", "t", "mean") < 90
+    assert abs(_stat(values, "alibi_mid", "4t", "mean") - _stat(values, "alibi_mid", "t", "mean")) < 5
+    # 2, 1: keeps at 4T what it learned at T in every seed, and its lowest seed at 4T is above
+    # every seed of the other schemes there
+    for t, f in zip(_per_seed(values, "acc", "alibi_steep", "t"),
+                    _per_seed(values, "acc", "alibi_steep", "4t")):
+        assert abs(f - t) <= 2
+    others = max(_stat(values, a, "4t", "max")
+                 for a in ("none", "sinusoidal", "rope", "alibi", "alibi_mid"))
+    assert _stat(values, "alibi_steep", "4t", "min") > others
+    # YaRN about as well at 4T: overlapping ranges, means within 5 points
+    assert abs(_stat(values, "rope_yarn", "4t", "mean")
+               - _stat(values, "alibi_steep", "4t", "mean")) < 5
+    assert _stat(values, "rope_yarn", "4t", "min") < _stat(values, "alibi_steep", "4t", "max")
+    assert _stat(values, "alibi_steep", "4t", "min") < _stat(values, "rope_yarn", "4t", "max")
+
+
+def test_stretching_and_fine_tuning_as_the_page_compares_them(values):
+    g = glued("20_positions.ipynb")
+    for arm in ("rope_linear", "rope_llama3"):  # chance (10 %) in every seed
+        assert _stat(values, arm, "2t", "max") <= 11 and _stat(values, arm, "4t", "max") <= 11
+    assert abs(_stat(values, "rope_ntk2", "2t", "mean") - _stat(values, "rope", "2t", "mean")) < 5
+    # the lab's budget: interpolation stays at chance, its loss above a uniform guess (ln 10)
+    assert float(g["pos_ft_pi_nats"]) > math.log(10)
+    assert _stat(values, "ft_pi_50_lr10", "2t", "max") <= 11
+    # without interpolation every budget run recovers the task
+    for key in ("50_lr10", "200_lr10", "50_lr", "200_lr"):
+        assert _stat(values, f"ft_plain_{key}", "2t", "min") >= 95, key
+    # with it, more is needed: below the plain model at the small budgets, recovered at 200
+    # steps of the full rate, or 800 at a tenth, in every seed
+    for key in ("50_lr10", "200_lr10", "50_lr"):
+        assert _stat(values, f"ft_pi_{key}", "2t", "mean") < _stat(
+            values, f"ft_plain_{key}", "2t", "mean") - 30, key
+    assert _stat(values, "ft_pi_200_lr", "2t", "min") >= 95
+    assert _stat(values, "ft_pi_800_lr10", "2t", "min") >= 95  # or 800 steps at a tenth
+    spread = _stat(values, "ft_pi_50_lr", "2t", "max") - _stat(values, "ft_pi_50_lr", "2t", "min")
+    assert spread > 30  # "a wide spread over the seeds"
+
+
+def test_dynamic_as_the_page_explains_it(values):
+    for f in ("2t", "4t"):  # above plain RoPE on average, not in every seed
+        assert _stat(values, "rope_dynamic", f, "mean") > _stat(values, "rope", f, "mean")
+    assert any(d < r for d, r in zip(_per_seed(values, "acc", "rope_dynamic", "2t") +
+                                     _per_seed(values, "acc", "rope_dynamic", "4t"),
+                                     _per_seed(values, "acc", "rope", "2t") +
+                                     _per_seed(values, "acc", "rope", "4t")))
+    # factor 1 (s = f): about plain RoPE at 2T
+    assert abs(_stat(values, "rope_dynamic_f1", "2t", "mean")
+               - _stat(values, "rope", "2t", "mean")) < 5
+    # the mean at 2T rises with the NTK scale
+    means = [_stat(values, f"rope_ntk{s}", "2t", "mean") for s in seeds_bench.NTK_SCALES]
+    assert means == sorted(means) and means[-1] - means[0] > 15
+
+
+def test_yarn_as_the_page_compares_it(values):
+    types = ("rope", "rope_linear", "rope_dynamic", "rope_llama3")
+    for f in ("2t", "4t"):  # the best of the types on average
+        assert _stat(values, "rope_yarn", f, "mean") > max(_stat(values, a, f, "mean")
+                                                           for a in types)
+    for i, y in enumerate(_per_seed(values, "acc", "rope_yarn", "2t")):  # at 2T in every seed
+        assert y > max(_per_seed(values, "acc", a, "2t")[i] for a in types)
+    # the temperature is not what helps: without it, no worse at 4T
+    assert _stat(values, "rope_yarn_cold", "4t", "mean") >= _stat(values, "rope_yarn", "4t",
+                                                                  "mean") - 1
+
+
+def test_partial_rotary_as_the_controls_show_it(values):
+    rope = _stat(values, "rope", "2t", "mean")
+    for rd in ("rotary8", "rotary4"):  # both partial widths above full RoPE at 2T on average
+        assert _stat(values, rd, "t", "min") >= 99
+        assert _stat(values, rd, "2t", "mean") > rope + 10
+    for arm in ("rope", "rotary8", "rotary4"):  # all fall far below T at 4T
+        assert _stat(values, arm, "4t", "mean") < 75
+    # RoPE's fast frequencies with position-free features: what full RoPE gets
+    for arm, partial in (("rotary8_base100", "rotary8"), ("rotary4_base10", "rotary4")):
+        assert abs(_stat(values, arm, "2t", "mean") - rope) < 8, arm
+        assert _stat(values, arm, "2t", "mean") < _stat(values, partial, "2t", "mean") - 10
+    # the partial widths' fast frequencies in a fully rotated head: what the partial width gets
+    for arm, partial in (("rotary16_base1e8", "rotary8"), ("rotary16_base1e16", "rotary4")):
+        assert abs(_stat(values, arm, "2t", "mean") - _stat(values, partial, "2t", "mean")) < 8
+        assert _stat(values, arm, "2t", "mean") > rope + 10
+    assert _stat(values, "rotary8", "2t", "min") >= 99 and _stat(
+        values, "rotary16_base1e8", "2t", "min") >= 99
+
+
+def test_chapter_14s_runs_without_positions_across_seeds(values):
+    """Lab 14's two claims hold in every seed: the two layers' loss is below the blind
+    predictor's by more than 3 standard errors; with an MLP, accuracy above it."""
+    blind = _pct(glued("14_tiny_model.ipynb")["tiny_set_acc"])
+    assert values["below.ch14_nopos.z.min"] > 3
+    assert values["below.ch14_nopos.gap_pct.min"] > 0
+    assert abs(values["acc.ch14_nopos.t.mean"] - blind) < 1  # accuracy: the blind predictor's
+    assert values["acc.ch14_nopos_mlp.t.min"] > blind + 10
