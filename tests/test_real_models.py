@@ -562,7 +562,7 @@ def test_dynamic_hint_says_what_transformers_reads():
 
     assert torch.equal(freqs(24, 16), freqs(24, 3))
     assert not torch.equal(freqs(24, 16), freqs(30, 16))
-    with pytest.raises(ValueError, match="never reads this key for dynamic scaling: its L is "
+    with pytest.raises(ValueError, match="never read this key for dynamic scaling: their L is "
                                          "the model config's max_position_embeddings"):
         MultiHeadAttention(8, 16, 2, position="rope",
                            rope_scaling={"rope_type": "dynamic", "factor": 2.0})

@@ -97,11 +97,12 @@ def _rope_type(scaling: dict) -> str:
     return kind
 
 
-# Where transformers 4.57 takes the training length L of each type (modeling_rope_utils), for the
-# error that asks for it: here L is always the dict's original_max_position_embeddings.
+# Where transformers takes the training length L of each type (modeling_rope_utils of 4.57 and
+# 5.15), for the error that asks for it: here L is always the dict's
+# original_max_position_embeddings.
 _L_HINTS = {
-    "dynamic": " (transformers 4.57 never reads this key for dynamic scaling: its L is the model "
-               "config's max_position_embeddings, whatever the dict says; "
+    "dynamic": " (transformers 4.57 and 5.15 never read this key for dynamic scaling: their L is "
+               "the model config's max_position_embeddings, whatever the dict says; "
                "attnbook.convert.from_transformers copies that value in; here it must be given)",
     "yarn": " (transformers reads it from the dict and, when the dict lacks it, takes the model "
             "config's max_position_embeddings; here it must be given)",
