@@ -573,3 +573,14 @@ def test_dynamic_hint_says_what_transformers_reads():
         MultiHeadAttention(8, 16, 2, position="rope", rope_scaling={
             "rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0})
+
+
+def test_chapter_table_names_every_field_the_converter_reads():
+    """Ch. 22's table of config fields and the converter cannot drift apart."""
+    from pathlib import Path
+
+    from attnbook.convert import FIELDS
+
+    page = (Path(__file__).resolve().parents[1] / "book" / "22_real_models.md").read_text()
+    table = page[page.index("| config field |"):page.index("The same table heads")]
+    assert [f for f in FIELDS if f"`{f}`" not in table] == []
