@@ -7,6 +7,11 @@ that input, then the grade's rules (:func:`attnbook.exercises.practice_verdict`:
 required names, a second input). A mistake counts as *named* when the verdict holds the phrase
 that names it; a mistake no message names is listed with ``None`` and must still fail.
 
+Where no single input can tell every named mistake apart (Lab 12's cache before and after it
+fills its window, Lab 19's splits decided by the SMs or by the key blocks), the exercise cell
+checks two inputs, and a named mistake must fail the plain check on one of them, with its name
+(issue 48 §2), not only the second input the grade's rules add.
+
 ``python tests/test_check_mistakes.py`` prints, per lab, how many mistakes are named.
 """
 
@@ -18,7 +23,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from attnbook.exercises import Feedback, mask_functions, positions, practice_verdict
+from attnbook.exercises import Feedback, gpu, kv, mask_functions, positions, practice_verdict
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,8 @@ CACHED = torch.arange(6)[:, None] + 4 >= torch.arange(10)[None, :]
 SCORES3 = torch.tensor([-80.0, -30.0, -5.0, 0.0, 5.0, 30.0, 80.0], dtype=torch.float64)
 
 VISIBLE = {  # check -> (module, the lab's call of the function, the check's other arguments)
+    "check_cache_bytes": (kv, (3, 512, 64, 8, 128, 4), (3, 512, 64, 8, 128, 4)),
+    "check_splits": (gpu, (1, 32, 8, 100, 108, 16), (1, 32, 8, 100, 108, 16)),
     "check_rotate_pair": (positions, (PAIR, M, THETA), (PAIR, M, THETA)),
     "check_relative_scores": (positions, (QV, KV, Q_POS, K_POS), (QV, KV, Q_POS, K_POS)),
     "check_to_half": (positions, (W, 2), (W, 2)),
@@ -50,7 +57,14 @@ VISIBLE = {  # check -> (module, the lab's call of the function, the check's oth
     "check_softcap_grad": (mask_functions, (SCORES3, 50.0), (SCORES3, 50.0)),
 }
 
-L20, L21 = "20_positions", "21_mask_functions"
+# Inputs an exercise cell checks before its graded call (printed above it), where one input
+# cannot tell the named mistakes apart: check -> [(call, check_args), ...].
+MORE_VISIBLE = {
+    "check_cache_bytes": [((5, 100, 64, 8, 128, 4), (5, 100, 64, 8, 128, 4))],  # T < window
+    "check_splits": [((3, 32, 8, 32768, 108, 16), (3, 32, 8, 32768, 108, 16))],  # SMs decide
+}
+
+L12, L19, L20, L21 = "12_kv_cache", "19_flash_decoding", "20_positions", "21_mask_functions"
 
 
 def _rotate(body: str) -> str:
@@ -107,10 +121,67 @@ def _softcap(expr: str) -> str:
     return f"def softcap_grad(scores, cap):\n    return {expr}\n"
 
 
+def _bytes(expr: str) -> str:
+    return ("def cache_bytes(B, T, d, n_layers, window, bytes_per_number):\n"
+            f"    return {expr}\n")
+
+
+def _splits(fill: str = "math.ceil(n_sm / (B * h_kv))", blocks: str = "math.ceil(T / block_n)",
+            ) -> str:
+    return ("def n_splits(B, h, h_kv, T, n_sm, block_n):\n"
+            f"    return max(1, min({fill}, {blocks}))\n")
+
+
 ROT = "    c, s = math.cos(m * theta), math.sin(m * theta)\n"
 HALVES = "list(range(0, d_h, 2)) + list(range(1, d_h, 2))"
 
+KEPT = "min(T, window)"
+
 MISTAKES = [
+    # Lab 12, Exercise 2: the bytes of a sliding-window cache.
+    Mistake(L12, "check_cache_bytes", "all T tokens",
+            _bytes("2 * n_layers * B * T * d * bytes_per_number"), "a cache of all T tokens"),
+    Mistake(L12, "check_cache_bytes", "window tokens before the window fills",
+            _bytes("2 * n_layers * B * window * d * bytes_per_number"),
+            "window tokens even when fewer have arrived"),
+    Mistake(L12, "check_cache_bytes", "max, not min",
+            _bytes("2 * n_layers * B * max(T, window) * d * bytes_per_number"), KEPT),
+    Mistake(L12, "check_cache_bytes", "one layer",
+            _bytes(f"2 * B * {KEPT} * d * bytes_per_number"), "one layer only"),
+    Mistake(L12, "check_cache_bytes", "keys only",
+            _bytes(f"n_layers * B * {KEPT} * d * bytes_per_number"), "the keys only"),
+    Mistake(L12, "check_cache_bytes", "numbers, not bytes",
+            _bytes(f"2 * n_layers * B * {KEPT} * d"), "a count of numbers, not bytes"),
+    Mistake(L12, "check_cache_bytes", "queries too",
+            _bytes(f"3 * n_layers * B * {KEPT} * d * bytes_per_number"),
+            "queries, keys and values"),
+    Mistake(L12, "check_cache_bytes", "no batch",
+            _bytes(f"2 * n_layers * {KEPT} * d * bytes_per_number"), "one sequence only"),
+    Mistake(L12, "check_cache_bytes", "window one too wide",
+            _bytes("2 * n_layers * B * min(T, window + 1) * d * bytes_per_number"),
+            "a window one token too wide"),
+    Mistake(L12, "check_cache_bytes", "kv_cache_bytes under another name",
+            "from attnbook.kv_cache import kv_cache_bytes as size\n"
+            + _bytes(f"size(n_layers, B, 1, {KEPT}, d, bytes_per_number)"),
+            "uses kv_cache_bytes"),
+    # Lab 19, Exercise 2: how many splits.
+    Mistake(L19, "check_splits", "no cap", "def n_splits(B, h, h_kv, T, n_sm, block_n):\n"
+            "    return max(1, math.ceil(n_sm / (B * h_kv)))\n", "no cap at one key block"),
+    Mistake(L19, "check_splits", "B h query heads", _splits(fill="math.ceil(n_sm / (B * h))"),
+            "counted B h query heads"),
+    Mistake(L19, "check_splits", "rounded down", _splits(fill="n_sm // (B * h_kv)"),
+            "rounded down"),
+    Mistake(L19, "check_splits", "int(), rounded down", _splits(fill="int(n_sm / (B * h_kv))"),
+            "rounded down"),
+    Mistake(L19, "check_splits", "T // block_n", _splits(blocks="T // block_n"),
+            "T // block_n key blocks"),
+    Mistake(L19, "check_splits", "n_sm / B", _splits(fill="math.ceil(n_sm / B)"), "n_sm / B"),
+    Mistake(L19, "check_splits", "n_sm", "def n_splits(B, h, h_kv, T, n_sm, block_n):\n"
+            "    return n_sm\n", "the B h_kv programs exist already"),
+    Mistake(L19, "check_splits", "split_count under another name",
+            "from attnbook.gpu.decoding import split_count as rule\n"
+            "def n_splits(B, h, h_kv, T, n_sm, block_n):\n"
+            "    return rule(B, h_kv, T, n_sm, block_n=block_n)\n", "uses split_count"),
     # Lab 20, Exercise 1: rotate one pair.
     Mistake(L20, "check_rotate_pair", "clockwise", _rotate(
         ROT + "    return torch.stack([c * pair[0] + s * pair[1], -s * pair[0] + c * pair[1]])"),
@@ -138,7 +209,16 @@ MISTAKES = [
         "    a = math.radians(m * theta)\n"
         "    c, s = math.cos(a), math.sin(a)\n"
         "    return torch.stack([c * pair[0] - s * pair[1], s * pair[0] + c * pair[1]])"),
-        None),
+        "taken in degrees"),
+    Mistake(L20, "check_rotate_pair", "the angle times pi / 180", _rotate(
+        "    c, s = math.cos(m * theta * math.pi / 180), math.sin(m * theta * math.pi / 180)\n"
+        "    return torch.stack([c * pair[0] - s * pair[1], s * pair[0] + c * pair[1]])"),
+        "taken in degrees"),
+    Mistake(L20, "check_rotate_pair", "the angle converted to degrees", _rotate(
+        "    a = math.degrees(m * theta)\n"
+        "    c, s = math.cos(a), math.sin(a)\n"
+        "    return torch.stack([c * pair[0] - s * pair[1], s * pair[0] + c * pair[1]])"),
+        "converted to degrees"),
     # Lab 20, Exercise 2: rotary scores after a cache.
     Mistake(L20, "check_relative_scores", "no rotation", _rope("q_pos", "k_pos", tail=(
         "q.expand(len(q_pos), -1) @ k.expand(len(k_pos), -1).T")), "no rotation at all"),
@@ -174,7 +254,7 @@ MISTAKES = [
         "list(range(0, d_in, 2)) + list(range(1, d_in, 2))", body="weight[:, order]"),
         "the columns (input features) reordered"),
     Mistake(L20, "check_to_half", "odd features first", _half(
-        "list(range(1, d_h, 2)) + list(range(0, d_h, 2))"), None),
+        "list(range(1, d_h, 2)) + list(range(0, d_h, 2))"), "the odd features first"),
     # Lab 20, Exercise 4: ALiBi's slopes for any h.
     Mistake(L20, "check_alibi_slopes", "2^(-8i/h) for any h", _slopes(
         "    slopes = [2.0 ** (-8 * i / h) for i in range(1, h + 1)]"),
@@ -307,18 +387,34 @@ MISTAKES = [
 ]
 
 
-def verdict(m: Mistake):
-    """What the notebook's check prints for ``m``: the check on the lab's input, then the
-    grade's rules (method limits, required names, a second input)."""
-    module, call, check_args = VISIBLE[m.check]
-    spec = module.GRADED[m.check]
+def visible_inputs(check: str) -> list[tuple[tuple, tuple]]:
+    """The inputs the exercise cell checks, in its order: [(call, check_args), ...]."""
+    _, call, check_args = VISIBLE[check]
+    return [*MORE_VISIBLE.get(check, []), (call, check_args)]
+
+
+def _student(m: Mistake) -> dict:
     namespace = {"__name__": "__main__", "torch": torch, "math": math}
     exec(compile(m.source, f"<{m.label}>", "exec"), namespace)  # noqa: S102
-    try:
-        answer = namespace[spec.function](*call)
-    except Exception as err:  # noqa: BLE001 (the notebook shows the error's message)
-        return Feedback(False, f"{type(err).__name__}: {err}")
-    return practice_verdict(spec, spec.check(answer, *check_args), namespace)
+    return namespace
+
+
+def verdict(m: Mistake):
+    """What the notebook's check prints for ``m``: the check on the lab's input, then the
+    grade's rules (method limits, required names, a second input); where the cell checks more
+    than one input, every verdict in the cell's order, joined by " | " (ok if all are)."""
+    module = VISIBLE[m.check][0]
+    spec = module.GRADED[m.check]
+    namespace = _student(m)
+    verdicts = []
+    for call, check_args in visible_inputs(m.check):
+        try:
+            answer = namespace[spec.function](*call)
+        except Exception as err:  # noqa: BLE001 (the notebook shows the error's message)
+            verdicts.append(Feedback(False, f"{type(err).__name__}: {err}"))
+            continue
+        verdicts.append(practice_verdict(spec, spec.check(answer, *check_args), namespace))
+    return Feedback(all(v.ok for v in verdicts), " | ".join(v.message for v in verdicts))
 
 
 @pytest.mark.parametrize("m", MISTAKES, ids=lambda m: f"{m.lab[:2]}-{m.label}")
@@ -328,6 +424,67 @@ def test_a_typical_mistake_fails_and_is_named(m):
     if m.named is not None:
         assert m.named in v.message, (m.label, v.message)
         assert "typed in" not in v.message, (m.label, v.message)
+
+
+# Issue 48 §2: the visible input itself tells these checks' named mistakes apart (not only the
+# second input that the grade's rules add). Method limits are no matter of the input.
+TOLD_APART_ON_SIGHT = ("check_cache_bytes", "check_splits", "check_rotate_pair", "check_to_half")
+
+
+@pytest.mark.parametrize("m", [m for m in MISTAKES if m.check in TOLD_APART_ON_SIGHT
+                               and m.named is not None and not m.named.startswith("uses ")],
+                         ids=lambda m: f"{m.lab[:2]}-{m.label}")
+def test_a_named_mistake_fails_a_visible_input_by_name(m):
+    """The plain check (no second input) fails the mistake on one of the inputs the exercise
+    cell checks, and names it there."""
+    spec = VISIBLE[m.check][0].GRADED[m.check]
+    namespace = _student(m)
+    messages = []
+    for call, check_args in visible_inputs(m.check):
+        fb = spec.check(namespace[spec.function](*call), *check_args)
+        messages.append(fb.message)
+        if not fb.ok and m.named in fb.message:
+            return
+    pytest.fail(f"{m.label}: no visible input names it: {messages}")
+
+
+def test_the_labs_cells_check_these_inputs():
+    """VISIBLE and MORE_VISIBLE are what the exercise cells of labs 12 and 19 call: the graded
+    call (the last, the one the grader reads) and the inputs printed above it."""
+    import re
+    import sys
+    from pathlib import Path
+
+    import nbformat
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "scripts"))
+    from grading import labs
+
+    for lab, check in ((L12, "check_cache_bytes"), (L19, "check_splits")):
+        nb = nbformat.read(root / "notebooks" / f"{lab}.ipynb", as_version=4)
+        ex = next(e for e in labs.find_exercises(nb) if e.check == check)
+        assert ex.variable == "answer", ex.call
+        calls = [tuple(int(n) for n in re.findall(r"=\s*(\d+)", c))
+                 for c in re.findall(rf"{check}\((\w+, [^)]*)\)", nb.cells[ex.cell].source)]
+        assert calls == [args for _, args in visible_inputs(check)], calls
+        assert tuple(int(n) for n in re.findall(r"=\s*(\d+)", ex.call)) == VISIBLE[check][2]
+
+
+@pytest.mark.parametrize("check, right", [("check_cache_bytes", 2 * 8 * 3 * 128 * 64 * 4),
+                                          ("check_splits", 7)])
+def test_the_graded_answer_typed_in_is_no_named_mistake_on_the_other_input(check, right):
+    """The right number for the graded call, typed in, is no named mistake's value on the input
+    printed above it (it would be misnamed there), and the grade's rules ask if it is typed in."""
+    module, _, check_args = VISIBLE[check]
+    spec = module.GRADED[check]
+    assert spec.check(right, *check_args).ok
+    for _, other_args in MORE_VISIBLE[check]:
+        fb = spec.check(right, *other_args)
+        assert not fb.ok and fb.generic, fb.message
+    namespace = {"__name__": "__main__", spec.function: lambda *args: right}
+    v = practice_verdict(spec, spec.check(right, *check_args), namespace)
+    assert not v.ok and "typed in" in v.message, v.message
 
 
 def test_low_precision_is_named_not_called_typed_in():
@@ -363,13 +520,15 @@ def test_the_right_answers_pass():
     """The book's solutions pass the same harness (so a failure above is the mistake's)."""
     from conftest import book_solutions
 
-    for lab in (L20, L21):
+    for lab in (L12, L19, L20, L21):
         for check, fn in book_solutions(lab).items():
-            module, call, check_args = VISIBLE[check]
-            spec = module.GRADED[check]
+            if check not in VISIBLE:
+                continue  # an exercise of the lab whose mistakes are not scripted here
+            spec = VISIBLE[check][0].GRADED[check]
             namespace = {"__name__": "__main__", spec.function: fn}
-            v = practice_verdict(spec, spec.check(fn(*call), *check_args), namespace)
-            assert v.ok, (check, v.message)
+            for call, check_args in visible_inputs(check):
+                v = practice_verdict(spec, spec.check(fn(*call), *check_args), namespace)
+                assert v.ok, (check, v.message)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ def check_rotate_pair(answer, pair: torch.Tensor, m: int, theta: float) -> Feedb
                          math.cos(angle) * x[0] + math.sin(angle) * x[1]]),
         "the pair unrotated": x.clone(),
         "a rotation by (m + 1)·θ: positions count from 0": _rotate(x, (m + 1) * theta),
+        "the angle m·θ taken in degrees (math.radians, or times π/180): θ is in radians "
+        "already, and so is m·θ; pass it to cos and sin as it is": _rotate(x, math.radians(angle)),
+        "the angle m·θ converted to degrees (math.degrees): math.cos and math.sin take "
+        "radians, and m·θ is in radians already": _rotate(x, math.degrees(angle)),
     }
     return check_tensor(answer, _rotate(x, angle), mistakes, name="the rotated pair")
 
@@ -133,6 +137,11 @@ def check_to_half(answer, weight: torch.Tensor, n_heads: int) -> Feedback:
             w.reshape(n_heads, d_h, d_in)[:, inverse].reshape(rows, d_in),
         "the weight unchanged: under the half layout its rows pair up differently":
             w.clone(),
+        "the odd features first (rows 1, 3, 5, ... of each head, then 0, 2, 4, ...): the two "
+        "members of every pair swap places, which turns each pair the other way; the first "
+        "member of pair c (row 2c) goes to row c, the second (row 2c + 1) to row c + d_h/2":
+            w.reshape(n_heads, d_h, d_in)[:, torch.cat([perm[d_h // 2:], perm[: d_h // 2]])]
+            .reshape(rows, d_in),
     }
     if d_in % 2 == 0:
         mistakes["the columns (input features) reordered instead of the rows (the output "
