@@ -511,6 +511,14 @@ def test_tiny_model_takes_the_options_and_its_cache_equals_the_full_forward():
     assert diff(torch.cat(steps, 1), full) < TOL
     with pytest.raises(ValueError, match="unknown"):
         TinyConfig(vocab_size=11, context_length=12, attention={"q_bias": True})
+    # OLMo 2's norm over the whole projection is an option of the tiny model too
+    olmo = TinyModel(TinyConfig(vocab_size=11, context_length=12, position="rope", d_model=16,
+                                n_heads=4, attention=dict(qk_norm=1e-6,
+                                                          qk_norm_over="projection"))).to(F64).eval()
+    with torch.no_grad():
+        caches = olmo.new_caches(2)
+        steps = [olmo.step(idx[:, t:t + 1], caches) for t in range(12)]
+        assert diff(torch.cat(steps, 1), olmo(idx)) < TOL
 
 
 def test_window_and_scale_keep_the_fused_path():

@@ -27,8 +27,8 @@ from .positions import (
     sinusoidal_table,
 )
 
-ATTENTION_OPTIONS = ("bias", "head_dim", "scale", "score_mod", "window", "qk_norm", "sinks",
-                     "causal_buffer")
+ATTENTION_OPTIONS = ("bias", "head_dim", "scale", "score_mod", "window", "qk_norm",
+                     "qk_norm_over", "sinks", "causal_buffer")
 """The keywords :attr:`TinyConfig.attention` may hand to every layer's attention."""
 
 
@@ -68,7 +68,8 @@ class TinyConfig:
             means one per query head.
         attention: more keywords for every layer's :class:`attnbook.MultiHeadAttention`, the
             options of current models (:data:`ATTENTION_OPTIONS`: ``bias``, ``head_dim``,
-            ``scale``, ``score_mod``, ``window``, ``qk_norm``, ``sinks``, ``causal_buffer``);
+            ``scale``, ``score_mod``, ``window``, ``qk_norm``, ``qk_norm_over``, ``sinks``,
+            ``causal_buffer``);
             None (the default) adds none, so the model and its initialisation are as before.
     """
 
