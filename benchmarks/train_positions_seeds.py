@@ -142,7 +142,10 @@ def ft_name(arm: str, steps: int, div: int) -> str:
 TABLES = [(r"### Arms", "arms", 1), (r"### Accuracy", "acc", 2), (r"### Loss", "loss", 2),
           (r"### Below the blind predictor", "below", 2)]
 bench_results.TABLES.setdefault(STEM, TABLES)
-bench_results.FACTS.setdefault(STEM, [(r"Seeds: (\d+) \(", ("seeds.count",))])
+bench_results.FACTS.setdefault(STEM, [
+    (r"Seeds: (\d+) \(", ("seeds.count",)),
+    (r"loss below the blind predictor's in (\d+) of \d+ seeds, by more than 3 standard errors "
+     r"in (\d+)", ("below.ch14_nopos.seeds_below", "below.ch14_nopos.seeds_above_3_se"))])
 
 
 def rope_types(f: int) -> dict:
@@ -317,6 +320,11 @@ def report(cache: dict, seconds: float, loads: tuple[float, float]) -> str:
                 stats = [format(x, spec) for x in (statistics.fmean(vals), min(vals), max(vals))]
                 lines.append(f"| {arm} | {quantity} | {len(vals)} | " + " | ".join(stats) + " | "
                              + " | ".join(format(v, spec) for v in vals) + " |")
+        if "ch14_nopos" in below:
+            z = [cache[str(s)]["_below"]["ch14_nopos"]["z"] for s in seeds]
+            lines += ["", f"Lab 14's two layers without positions: the loss below the blind "
+                      f"predictor's in {sum(v > 0 for v in z)} of {len(z)} seeds, by more than 3 "
+                      f"standard errors in {sum(v > 3 for v in z)}."]
     return "\n".join(lines)
 
 
@@ -362,13 +370,20 @@ def main(argv: list[str] | None = None) -> None:
         print(f"seed {seed}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
         if args.cache is not None:
             args.cache.write_text(json.dumps({**cache, "_seconds": spent}), encoding="utf-8")
-        text = report(cache, spent, (load0, os.getloadavg()[0]))
         if args.save:
-            command = "python benchmarks/train_positions_seeds.py " + " ".join(
-                sys.argv[1:] if argv is None else argv)
-            bench_results.write_results(args.save, text, TITLE, command, kind=STEM)
+            save(args.save, report(cache, spent, (load0, os.getloadavg()[0])), argv)
     if cache:
-        print(f"# {TITLE}\n\n" + report(cache, spent, (load0, os.getloadavg()[0])))
+        text = report(cache, spent, (load0, os.getloadavg()[0]))
+        if args.save:  # also when every seed came from the cache
+            save(args.save, text, argv)
+        print(f"# {TITLE}\n\n{text}")
+
+
+def save(path: Path, text: str, argv: list[str] | None) -> None:
+    """The results file and its JSON (bench_results.write_results)."""
+    command = "python benchmarks/train_positions_seeds.py " + " ".join(
+        sys.argv[1:] if argv is None else argv)
+    bench_results.write_results(path, text, TITLE, command, kind=STEM)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,8 @@ def test_the_json_is_the_markdown_read_back(values):
 
 def test_the_harness_is_the_labs():
     nb = (ROOT / "notebooks" / "20_positions.ipynb").read_text(encoding="utf-8")
-    assert 'SMALL = {\\"d_model\\": 32, \\"n_heads\\": 2, \\"n_layers\\": 2, \\"mlp\\": False}' in nb
+    small = '{\\"d_model\\": 32, \\"n_heads\\": 2, \\"n_layers\\": 2, \\"mlp\\": False}'
+    assert f"SMALL = {small}" in nb
     assert "T, STEPS, BATCH, LR = 16, 300, 64, 1e-2" in nb
     assert seeds_bench.SMALL == {"d_model": 32, "n_heads": 2, "n_layers": 2, "mlp": False}
     assert (seeds_bench.T, seeds_bench.STEPS, seeds_bench.BATCH, seeds_bench.LR) == (
@@ -168,14 +169,15 @@ def test_the_schemes_as_the_page_compares_them(values):
     assert _stat(values, "sinusoidal", "2t", "max") < 50  # fails past T
     # RoPE keeps part of the task past T, a part that varies with the seed
     assert _stat(values, "rope", "2t", "min") > _stat(values, "none", "2t", "max")
-    assert _stat(values, "rope", "2t", "max") < 90
+    assert _stat(values, "rope", "2t", "max") < 99  # part of it: no seed keeps all
     assert _stat(values, "rope", "2t", "max") - _stat(values, "rope", "2t", "min") > 10
     # the rule's slopes: about no positions, about the best predictor blind to order
     for arm in ("alibi", "none"):
         assert abs(_stat(values, arm, "t", "mean") - blind) < 2
     # 1/2, 1/4: part of the task, about as much at 4T as at T
     assert 40 < _stat(values, "alibi_mid", "t", "mean") < 90
-    assert abs(_stat(values, "alibi_mid", "4t", "mean") - _stat(values, "alibi_mid", "t", "mean")) < 5
+    mid = [_stat(values, "alibi_mid", f, "mean") for f in ("t", "4t")]
+    assert abs(mid[1] - mid[0]) < 5
     # 2, 1: keeps at 4T what it learned at T in every seed, and its lowest seed at 4T is above
     # every seed of the other schemes there
     for t, f in zip(_per_seed(values, "acc", "alibi_steep", "t"),
@@ -260,10 +262,14 @@ def test_partial_rotary_as_the_controls_show_it(values):
 
 
 def test_chapter_14s_runs_without_positions_across_seeds(values):
-    """Lab 14's two claims hold in every seed: the two layers' loss is below the blind
-    predictor's by more than 3 standard errors; with an MLP, accuracy above it."""
+    """How we measure's account of Lab 14's two runs: with an MLP, above the blind predictor in
+    every seed; without one, the loss below it by more than 3 standard errors in the lab's seed
+    but not in every seed (the counts the page pastes are the stored ones)."""
     blind = _pct(glued("14_tiny_model.ipynb")["tiny_set_acc"])
-    assert values["below.ch14_nopos.z.min"] > 3
-    assert values["below.ch14_nopos.gap_pct.min"] > 0
-    assert abs(values["acc.ch14_nopos.t.mean"] - blind) < 1  # accuracy: the blind predictor's
     assert values["acc.ch14_nopos_mlp.t.min"] > blind + 10
+    assert abs(values["acc.ch14_nopos.t.mean"] - blind) < 1  # accuracy: the blind predictor's
+    z = [values[f"below.ch14_nopos.z.s{s}"] for s in _seeds(values)]
+    gap = [values[f"below.ch14_nopos.gap_pct.s{s}"] for s in _seeds(values)]
+    assert values["below.ch14_nopos.seeds_below"] == sum(g > 0 for g in gap)
+    assert values["below.ch14_nopos.seeds_above_3_se"] == sum(v > 3 for v in z) < len(z)
+    assert z[0] > 3
