@@ -81,12 +81,17 @@ test:
 	$(MAKE) -j3 $(OUTPUT_SYNC) test-prepare
 	$(MAKE) lint unit triton36 nbval nbval-other-cpu colab browser
 
-.PHONY: test-prepare test-site
-test-prepare: test-site $(COLAB_STAMP) $(T36_STAMP)
+.PHONY: test-prepare test-site test-pdf
+test-prepare: test-site test-pdf $(COLAB_STAMP) $(T36_STAMP)
 
 # `site` for `make test`: the full install (not install-book, whose pip would run beside it).
 test-site: install assets
 	$(SITE_BUILD)
+
+# `pdf` for `make test`, right after the site build, whose doctrees it reuses; --quick: untagged
+# and without bookmarks, which halves the printing (tests/test_pdf.py, in `unit`, checks it).
+test-pdf: test-site
+	$(BIN)/python scripts/build_pdf.py --quick
 
 lint: install
 	$(BIN)/ruff check .
@@ -133,6 +138,13 @@ colab: install $(COLAB_STAMP)
 SITE_BUILD = $(BIN)/jupyter-book build . --all -W -n --keep-going
 site: install-book assets
 	$(SITE_BUILD)
+
+# The book as one PDF, _build/pdf/attention-step-by-step.pdf (copied into _build/html, where the
+# site links it): Jupyter Book's singlehtml builder, printed by Debian's Chromium through
+# Playwright (scripts/build_pdf.py); incremental, like `book`.
+.PHONY: pdf
+pdf: install assets
+	$(BIN)/python scripts/build_pdf.py
 
 # Every toc page of _build/html in Chromium; screenshots and summary.json in _build/screenshots.
 # The pages of both files are spread over two workers test by test (--dist load: one file per
