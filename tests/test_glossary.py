@@ -39,7 +39,7 @@ NOT_TERMS_CAPS = {
     # software and services the book names (they are tools, not concepts)
     "PyTorch", "NumPy", "Colab", "GitHub", "MathJax", "JupyterLab", "Jupyter", "LaTeX",
     "nbval", "ipywidgets", "OpenAI", "NVIDIA", "AdamW", "LLMs", "LLM", "API", "APIs", "JIT",
-    "CUTLASS",
+    "CUTLASS", "OpenBLAS", "AVX2",  # a BLAS library and an x86 instruction set (ch. 17, Lab 17)
     "BY", "CC", "MIT", "PDF", "HTML", "URL", "CI", "OK", "ASCII", "ID", "IDs",
     # hardware models and units
     "H100", "A100", "T4", "SXM4", "SXM5", "MiB", "KiB", "GiB", "GB", "TB", "MB", "KB", "TFLOP",
@@ -47,6 +47,8 @@ NOT_TERMS_CAPS = {
     # models, papers and serving systems named as examples
     "GPT", "BERT", "RoPE", "ALiBi", "vLLM", "StreamingLLM",
     "RoFormer", "BLOOM", "MPT", "DeepSeek", "OLMo",
+    # short for the glossary's "NTK-aware scaling" (ch. 20: "NTK at s = 3")
+    "NTK",
     # logical operators and standards written in capitals
     "AND", "OR", "NOT", "IEEE",
 }
