@@ -94,10 +94,11 @@ PRINT_CSS = """
   img, figure, table, .cell_input, mjx-container[display="true"] { break-inside: avoid; }
   h1, h2, h3, h4, .caption { break-after: avoid; }
   a { color: inherit; }
-  /* Chromium draws a shadow or filter into the PDF as a picture of the page's width: a
-     thousand of them made the PDF twice as large and its printing slow. */
-  *, *::before, *::after { box-shadow: none !important; text-shadow: none !important;
-    filter: none !important; backdrop-filter: none !important; }
+  /* Chromium draws a shadow into the PDF as a picture (a blurred mask as wide as the box): the
+     theme's admonitions gave the book a thousand. The theme's rule is !important, hence the
+     selector that outranks it. */
+  html body [class], html body [class]::before, html body [class]::after {
+    box-shadow: none !important; text-shadow: none !important; }
 }
 """
 
@@ -113,9 +114,12 @@ SETTLE_JS = """async () => {
 
 # Title page, contents and part pages; collapsed blocks opened as for printing.
 PREPARE_JS = """({title, author, note, parts}) => {
-  // sphinx-togglebutton opens its toggles on "beforeprint"; Chromium's PDF printing does not
-  // send that event, so send it. Every other <details> (a lab's hidden cells) opens too.
-  window.dispatchEvent(new Event("beforeprint"));
+  // sphinx-togglebutton opens its toggles for printing, on "beforeprint", which Chromium's PDF
+  // printing does not send. Open them as its handler does, without a click each (every click
+  // lays the whole book out again): shown, not hidden; every <details> (a lab's hidden cells) too.
+  document.querySelectorAll(".toggle-hidden").forEach(e => e.classList.remove("toggle-hidden"));
+  document.querySelectorAll(".toggle-button-hidden")
+    .forEach(e => e.classList.remove("toggle-button-hidden"));
   document.querySelectorAll("details").forEach(d => { d.open = true; });
   const article = document.querySelector("article.bd-article") || document.querySelector("main");
   const first = article.firstElementChild;
@@ -139,7 +143,11 @@ PREPARE_JS = """({title, author, note, parts}) => {
   heading.id = "attnbook-pdf-contents";
   const list = document.createElement("ul");
   const missing = [];
-  const titleOf = (doc) => {
+  const titleOf = (doc, root) => {
+    if (root) {  // the introduction opens the page: no "document-" anchor of its own
+      const h = article.querySelector("section > h1");
+      return h ? h.textContent.replace(/#$/, "") : null;
+    }
     const anchor = document.getElementById("document-" + doc);
     const section = anchor && anchor.nextElementSibling;
     const h1 = section && section.querySelector("h1, h2, h3, h4");
@@ -158,9 +166,11 @@ PREPARE_JS = """({title, author, note, parts}) => {
     const ul = document.createElement("ul");
     for (const entry of part.docs) {
       const item = document.createElement("li");
-      const inner = titleOf(entry.doc);
+      const root = !part.caption && entry === part.docs[0];
+      const inner = titleOf(entry.doc, root);
       if (inner === null) continue;
-      item.innerHTML = `<a href="#document-${entry.doc}">${inner}</a>`;
+      const target = root ? article.querySelector("section").id : "document-" + entry.doc;
+      item.innerHTML = `<a href="#${target}">${inner}</a>`;
       if (entry.level > 0) item.style.paddingLeft = "1.2em";
       ul.append(item);
     }
@@ -188,7 +198,8 @@ PREPARE_JS = """({title, author, note, parts}) => {
 
 # What the printed page holds, for the test.
 INSPECT_JS = """() => {
-  const visible = e => !!(e.offsetWidth || e.offsetHeight || e.getClientRects().length);
+  // Shown in print, from styles alone (no layout: the print lays the book out again anyway).
+  const visible = e => e.checkVisibility();
   const images = [...document.images].filter(visible);
   const links = [...document.querySelectorAll('a[href^="#"]')].filter(visible);
   const ids = new Set([...document.querySelectorAll("[id]")].map(e => e.id));
@@ -423,11 +434,13 @@ def print_pdf(site: Path, pdf: Path, paper: str, tagged: bool = True) -> dict:
             note = (f"Built from commit {commit()} with Jupyter Book's singlehtml builder and "
                     f"Chromium, {time.strftime('%Y-%m-%d')}. Text and figures: CC BY 4.0; "
                     f"code: MIT. {config['repository']['url']}")
+            t = time.perf_counter()
             prepared = page.evaluate(PREPARE_JS, {
                 "title": config["title"], "author": config["author"], "note": note,
                 "parts": toc_parts()})
             page.add_style_tag(content=PRINT_CSS)
             info = page.evaluate(INSPECT_JS)
+            times["inspect_s"] = round(time.perf_counter() - t, 1)
             t = time.perf_counter()
             page.pdf(path=str(pdf), format=paper, print_background=True, outline=tagged,
                      tagged=tagged, display_header_footer=True, header_template="<span></span>",
