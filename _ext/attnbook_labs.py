@@ -77,7 +77,24 @@ def number_chapter_zero(app, env) -> list[str]:
     return [CHAPTER_ZERO]
 
 
+def forget_chapter_zero_numbers(app, env) -> list[str]:
+    """Drop chapter 0's numbers of the previous build before the toc is numbered again.
+
+    A reused environment (an incremental build) keeps the numbers :func:`number_chapter_zero`
+    gave chapter 0's title and toc; sphinx-external-toc's collector would then renumber an
+    unnumbered page that already has numbers and fail with ``KeyError: 'book/00_at_a_glance'``.
+    Runs before the collector (priority 500); chapter 0 is numbered again after it.
+    """
+    if CHAPTER_ZERO in env.titles:
+        env.titles[CHAPTER_ZERO].attributes.pop("secnumber", None)
+    if CHAPTER_ZERO in env.tocs:
+        for node in env.tocs[CHAPTER_ZERO].findall(nodes.reference):
+            node.attributes.pop("secnumber", None)
+    return []
+
+
 def setup(app):
+    app.connect("env-get-updated", forget_chapter_zero_numbers, priority=400)
     # After sphinx's own toctree collector (priority 500) has assigned the numbers.
     app.connect("env-get-updated", drop_lab_numbers, priority=900)
     app.connect("env-get-updated", number_chapter_zero, priority=901)

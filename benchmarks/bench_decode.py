@@ -293,8 +293,9 @@ def breakdown(mods: dict, repeats: int, steps: int) -> tuple[str, str, str, dict
     lines = [f"### Cached step against its floors, B={B}, d={D}, float32, 1 thread",
              "",
              f"One new token per step after L cached ones; the median (and the best) of "
-             f"{repeats} interleaved repeats of {steps} steps ({steps_per_call('tiny model', steps)} for the tiny "
-             "model), each after a step on the same cache. "
+             f"{repeats} interleaved repeats of {steps} steps "
+             f"({steps_per_call('tiny model', steps)} for the tiny model), each after a step on "
+             "the same cache. "
              f"Dispatch, timed in the same rounds: {m['per_op'] * 1e6:.2f} µs per almost "
              f"empty operation (add_ on 1 element), {m['per_view'] * 1e6:.2f} µs per view. "
              "Dispatch floor = operations × the first (views × the second); memory bound = "

@@ -46,7 +46,6 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import yaml
-from docutils import nodes as docutils_nodes
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILD = ROOT / "_build"
@@ -335,32 +334,16 @@ def print_page(site: Path) -> Path:
     return out
 
 
-def forget_chapter_zero_numbers(app, env) -> list[str]:
-    """Drop chapter 0's section numbers of the previous build before the toc is numbered again.
-
-    _ext/attnbook_labs.py numbers chapter 0, which sits in an unnumbered part. A reused
-    environment keeps those numbers on its title, and sphinx-external-toc then renumbers it and
-    fails (KeyError 'book/00_at_a_glance'): any build that reuses the doctrees, an incremental
-    `jupyter-book build .` too. attnbook_labs numbers it again after the collector has run.
-    """
-    zero = "book/00_at_a_glance"
-    if zero in env.titles:
-        env.titles[zero].attributes.pop("secnumber", None)
-    for node in env.tocs[zero].findall(docutils_nodes.reference) if zero in env.tocs else ():
-        node.attributes.pop("secnumber", None)
-    return []
-
-
 def build_singlehtml(build: Path, fresh: bool, strict: bool = True) -> float:
     """Jupyter Book's singlehtml builder, warning-free; returns the seconds it took.
 
-    Run in this process, with two fixes that change no page and no configuration (the site's
-    doctrees stay valid): the toc's chapter 0 numbers are forgotten before it is numbered again
-    (:func:`forget_chapter_zero_numbers`), and the singlehtml builder gets the html builder's
-    visitors for nodes that have none of their own. Sphinx looks a builder's visitors up by its
-    name and falls back to its format ("html") only when no extension registered any for that
-    name; sphinx-exercise registers some for singlehtml, so sphinx-proof's algorithm boxes,
-    the chapters' questions and the other extensions' html-only nodes would have none.
+    Run in this process, with one fix that changes no page and no configuration (the site's
+    doctrees stay valid; _ext/attnbook_labs.py lets a reused environment be numbered again): the
+    singlehtml builder gets the html builder's visitors for nodes that have none of their own.
+    Sphinx looks a builder's visitors up by its name and falls back to its format ("html") only
+    when no extension registered any for that name; sphinx-exercise registers some for
+    singlehtml, so sphinx-proof's algorithm boxes, the chapters' questions and the other
+    extensions' html-only nodes would have none.
     """
     import jupyter_book.sphinx as jb_sphinx
     from jupyter_book.cli.main import build as jb_build
@@ -374,7 +357,6 @@ def build_singlehtml(build: Path, fresh: bool, strict: bool = True) -> float:
             single = handlers.setdefault(self.builder.name, {})
             for node, visitors in handlers.get(self.builder.format, {}).items():
                 single.setdefault(node, visitors)
-            self.connect("env-get-updated", forget_chapter_zero_numbers, priority=400)
 
     start = time.perf_counter()
     args = [str(ROOT), "--builder", "singlehtml", "-n", "--keep-going"] + ["-W"] * strict

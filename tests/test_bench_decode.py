@@ -107,7 +107,7 @@ def test_main_saves_tables_the_converter_reads(tmp_path, monkeypatch):
     assert values["bandwidth.copy_gb_s"] == 20.0
     assert values["floors.one_head.L8.step"] == 1000.0  # a median of 2 ms for 2 steps
     assert values["overhead.one_head.extra_ops"] == 7
-    assert values["batching.batch2.tokens_s"] == 1000  # 2 tokens in 2 ms (the median; one step a call)
+    assert values["batching.batch2.tokens_s"] == 1000  # 2 tokens in a median 2 ms (a step a call)
     assert values["batching.best.batch"] == 2 and values["batching.best.gain"] == 2.0
     assert "floors.all.step_dispatch_floor.max" in values
 

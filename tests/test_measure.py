@@ -48,7 +48,7 @@ def test_compare_interleaves_after_warmup_and_restores_threads():
     before = torch.get_num_threads()
     result = compare({"a": lambda: log.append("a"), "b": lambda: log.append("b")},
                      repeats=3, threads=1, warmup=2)
-    # warm-up rounds in the given order, then timed rounds rotated: no call always follows the same one
+    # warm-up rounds in the given order, then rotated timed rounds: no call always follows one
     assert log == ["a", "b"] * 2 + ["a", "b", "b", "a", "a", "b"]
     log.clear()
     compare({n: (lambda n=n: log.append(n)) for n in "xyz"}, repeats=3, threads=1, warmup=0)
