@@ -77,21 +77,26 @@ book: install-book assets
 # --output-sync (whole steps' output, not interleaved lines) only where make has it: GNU make 4.0
 # and later; macOS ships 3.81.
 OUTPUT_SYNC := $(if $(filter output-sync,$(.FEATURES)),--output-sync=target)
+# The PDF is printed (and checked) beside the `colab` stage, which runs one lab at a time and
+# leaves a core free.
 test:
 	$(MAKE) -j3 $(OUTPUT_SYNC) test-prepare
-	$(MAKE) lint unit triton36 nbval nbval-other-cpu colab browser
+	$(MAKE) lint unit triton36 nbval nbval-other-cpu
+	$(MAKE) -j2 $(OUTPUT_SYNC) colab test-pdf
+	$(MAKE) browser
 
 .PHONY: test-prepare test-site test-pdf
-test-prepare: test-site test-pdf $(COLAB_STAMP) $(T36_STAMP)
+test-prepare: test-site $(COLAB_STAMP) $(T36_STAMP)
 
 # `site` for `make test`: the full install (not install-book, whose pip would run beside it).
 test-site: install assets
 	$(SITE_BUILD)
 
-# `pdf` for `make test`, right after the site build, whose doctrees it reuses; --quick: untagged
-# and without bookmarks, which halves the printing (tests/test_pdf.py, in `unit`, checks it).
-test-pdf: test-site
+# `pdf` for `make test`, after the site build, whose doctrees it reuses; --quick: untagged and
+# without bookmarks, which halves the printing; then tests/test_pdf.py checks it (not in `unit`).
+test-pdf: install assets
 	$(BIN)/python scripts/build_pdf.py --quick
+	$(BIN)/python -m pytest -p no:cacheprovider tests/test_pdf.py
 
 lint: install
 	$(BIN)/ruff check .
@@ -100,7 +105,7 @@ lint: install
 # in collection order, which tests/conftest.py starts with the longest files.
 unit: install
 	$(BIN)/python -m pytest tests -m "not browser and not colab" -n 2 --dist loadfile \
-	  --no-loadscope-reorder
+	  --no-loadscope-reorder --ignore=tests/test_pdf.py
 
 nbval: install
 	$(BIN)/python -m pytest $(NBVAL)

@@ -99,7 +99,8 @@ def book_solutions(lab: str) -> dict:
 # behind them. Ordered by test count (xdist's default), test_install.py (10 tests, 141 s in all,
 # 110-134 s of it the local-route test) started last and ran alone while the other worker sat
 # idle: 5:51 for the unit step before, 4:48 after, in runs here.
-LONGEST_FIRST = ("test_grading.py", "test_install.py", "test_classroom.py")
+LONGEST_FIRST = ("test_grading.py", "test_install.py", "test_classroom.py",
+                 "test_grading_method_limits.py")
 
 
 def pytest_collection_modifyitems(config, items):

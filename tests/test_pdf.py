@@ -1,7 +1,7 @@
 """The book as one PDF (issue 47, section 4), checked on the PDF that ``make pdf`` printed.
 
-``make test`` prints it in its set-up, right after the site build (``test-pdf``); without it the
-PDF checks skip (run ``make pdf``). The PDF's text, pages, images and links are read with
+``make test`` prints it after the site build, beside its ``colab`` stage (``test-pdf``), and then
+runs this file; without a PDF the PDF checks skip (run ``make pdf``). The PDF's text, pages, images and links are read with
 poppler-utils (``pdftotext``, ``pdfinfo``, ``pdfimages``; ``.ci/run`` installs them) and from its
 own bytes; ``scripts/build_pdf.py`` writes beside it a record of what the printed page held.
 
@@ -252,8 +252,10 @@ def test_made_offline_and_complete(record):
 def test_make_pdf_and_make_test_build_it():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert re.search(r"^pdf:.*\n\t.*scripts/build_pdf\.py", makefile, re.M)
-    prepare = re.search(r"^test-prepare:(.*)$", makefile, re.M).group(1)
-    assert "test-pdf" in prepare.split()
+    test = re.search(r"^test:\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert re.search(r"-j2 .*\bcolab test-pdf\b", test)  # beside the one-lab-at-a-time stage
+    recipe = re.search(r"^test-pdf:.*\n((?:\t.*\n)+)", makefile, re.M).group(1)
+    assert "build_pdf.py --quick" in recipe and "tests/test_pdf.py" in recipe
     assert "pdftotext" in (ROOT / ".ci" / "run").read_text(encoding="utf-8")
 
 
