@@ -2,8 +2,9 @@
 
 ``make test`` prints it after the site build, beside its ``colab`` stage (``test-pdf``), and then
 runs this file; without a PDF the PDF checks skip (run ``make pdf``). The PDF's text, pages,
-images and links are read with poppler-utils (``pdftotext``, ``pdfinfo``, ``pdfimages``; ``.ci/run`` installs them) and from its
-own bytes; ``scripts/build_pdf.py`` writes beside it a record of what the printed page held.
+images and links are read with poppler-utils (``pdftotext``, ``pdfinfo``, ``pdfimages``;
+``.ci/run`` installs them) and from its own bytes; ``scripts/build_pdf.py`` writes beside it a
+record of what the printed page held.
 
 - Every page of the table of contents is in it, in reading order: each chapter, lab and appendix
   opens a page with its heading as the site shows it, number included ("3. Scaling by √d",
